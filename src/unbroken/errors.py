@@ -1,0 +1,213 @@
+"""Every error unbroken raises or records, in one place.
+
+The hierarchy::
+
+    StreamError                      root; what ``Message.error`` holds
+    ├── ProtocolError                found in the bytes of the stream itself
+    │   ├── DecodingError            invalid UTF-8 (``offset``: byte offset in the stream)
+    │   ├── EventTooLargeError       a line or event over ``max_event_size`` (``limit``, ``offset``)
+    │   ├── PayloadError             malformed JSON or an unusable payload (``line``, ``offset``)
+    │   ├── TruncatedError           the body ended inside a character, line or frame (``tail``)
+    │   └── SequenceError            an event not allowed in the current state (``state``, ``seq``)
+    ├── ProviderError                the upstream reported an error in the stream (``event``)
+    ├── UpstreamStatusError          I/O: a final non-2xx answer (``status``, ``body``)
+    ├── ContentTypeError             I/O: the body is not the dialect's media type
+    ├── StreamTimeout                I/O: a deadline passed (``seconds``)
+    │   ├── ConnectTimeout
+    │   ├── FirstEventTimeout
+    │   ├── IdleTimeout              no content for ``idle_timeout`` (pings do not count)
+    │   └── TotalTimeout
+    ├── TransportError               I/O: the connection broke (chained from the HTTP library)
+    └── Interrupted                  retries or resume exhausted; carries the partial ``message``
+    LocalProtocolError               misuse of an object (data after EOF, reuse after an error)
+
+``LocalProtocolError`` is deliberately *not* a ``StreamError``: it reports a bug in the caller,
+never something about the stream, so it never lands in ``Message.error``.
+
+These classes subclass nothing from an HTTP library, so the sans-I/O core can raise them and a
+caller can catch them without importing one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .events import ErrorEvent
+
+__all__ = [
+    "ConnectTimeout",
+    "ContentTypeError",
+    "DecodingError",
+    "EventTooLargeError",
+    "FirstEventTimeout",
+    "IdleTimeout",
+    "Interrupted",
+    "LocalProtocolError",
+    "PayloadError",
+    "ProtocolError",
+    "ProviderError",
+    "SequenceError",
+    "StreamError",
+    "StreamTimeout",
+    "TotalTimeout",
+    "TransportError",
+    "TruncatedError",
+    "UpstreamStatusError",
+]
+
+
+class StreamError(Exception):
+    """Root of every error about a stream.
+
+    ``events`` holds what a decoder completed in the same call before it raised, so that nothing
+    already received is lost; ``message`` holds the partial ``Message`` where one exists.
+    """
+
+    def __init__(self, detail: str, *, events: list[Any] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.events: list[Any] = events if events is not None else []
+        self.message: Any = None
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class ProtocolError(StreamError):
+    """The bytes of the stream break its protocol."""
+
+
+class DecodingError(ProtocolError):
+    """Invalid UTF-8; ``offset`` is the absolute byte offset of the first bad byte."""
+
+    def __init__(self, detail: str, *, offset: int, events: list[Any] | None = None) -> None:
+        super().__init__(detail, events=events)
+        self.offset = offset
+
+
+class EventTooLargeError(ProtocolError):
+    """A line or event grew past ``limit`` bytes; raised before that memory is spent."""
+
+    def __init__(
+        self, detail: str, *, limit: int, offset: int, events: list[Any] | None = None
+    ) -> None:
+        super().__init__(detail, events=events)
+        self.limit = limit
+        self.offset = offset
+
+
+class PayloadError(ProtocolError):
+    """A frame's payload cannot be used: malformed JSON, or a body in the wrong shape.
+
+    ``line`` is the 1-based line (NDJSON) or frame number; ``offset`` the byte offset where the
+    frame starts in the stream.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        line: int | None = None,
+        offset: int | None = None,
+        events: list[Any] | None = None,
+    ) -> None:
+        super().__init__(detail, events=events)
+        self.line = line
+        self.offset = offset
+
+
+class TruncatedError(ProtocolError):
+    """The body ended inside a character, line or frame; ``tail`` holds the leftover bytes."""
+
+    def __init__(self, detail: str, *, tail: bytes = b"", events: list[Any] | None = None) -> None:
+        super().__init__(detail, events=events)
+        self.tail = tail
+
+
+class SequenceError(ProtocolError):
+    """An event arrived that the message's current state does not allow."""
+
+    def __init__(self, detail: str, *, state: str, kind: str, seq: int) -> None:
+        super().__init__(detail)
+        self.state = state
+        self.kind = kind
+        self.seq = seq
+
+
+class ProviderError(StreamError):
+    """The upstream reported an error inside the stream; ``event`` is its ``ErrorEvent``."""
+
+    def __init__(self, event: ErrorEvent) -> None:
+        super().__init__(f"{event.type}: {event.message}")
+        self.event = event
+
+    @property
+    def retryable(self) -> bool:
+        return self.event.retryable
+
+
+class UpstreamStatusError(StreamError):
+    """The upstream answered with a final non-2xx status; ``body`` is an excerpt."""
+
+    def __init__(self, status: int, body: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(f"upstream answered HTTP {status}: {body[:200]}".rstrip(": "))
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == 429 or self.status >= 500
+
+
+class ContentTypeError(StreamError):
+    """The response body is not the media type the dialect streams."""
+
+    def __init__(self, content_type: str, expected: str) -> None:
+        super().__init__(f"expected {expected}, got content-type {content_type!r}")
+        self.content_type = content_type
+        self.expected = expected
+
+
+class StreamTimeout(StreamError):
+    """A deadline passed; ``seconds`` is the deadline that was exceeded."""
+
+    def __init__(self, detail: str, *, seconds: float) -> None:
+        super().__init__(detail)
+        self.seconds = seconds
+
+
+class ConnectTimeout(StreamTimeout):
+    """No connection (or no response head) within ``connect_timeout``."""
+
+
+class FirstEventTimeout(StreamTimeout):
+    """No content event within ``first_event_timeout`` of the response head."""
+
+
+class IdleTimeout(StreamTimeout):
+    """No content for ``idle_timeout`` seconds; pings and comments do not reset it."""
+
+
+class TotalTimeout(StreamTimeout):
+    """The whole stream took longer than ``total_timeout``."""
+
+
+class TransportError(StreamError):
+    """The connection broke; the HTTP library's exception is ``__cause__``."""
+
+
+class Interrupted(StreamError):
+    """The stream ended without a finish reason and could not be continued.
+
+    ``message`` is the partial ``Message`` (status ``interrupted``), text kept.
+    """
+
+    def __init__(self, detail: str, *, message: Any = None) -> None:
+        super().__init__(detail)
+        self.message = message
+
+
+class LocalProtocolError(Exception):
+    """The caller misused an object: data after EOF, or input after a raised error."""
