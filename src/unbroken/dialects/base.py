@@ -1,0 +1,179 @@
+"""What every dialect shares: the ``Dialect`` protocol, the ``[DONE]`` sentinel and a base class.
+
+A dialect object serves one stream. It may keep a little state (has the message started, which
+content blocks are tool calls, how many function calls came so far). Frames the ``Message`` will
+drop as duplicates (``seq`` not above the highest seq seen) are still parsed, for the trace, but
+without moving that state: a replayed frame must not shift tool-call indexes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, Protocol
+
+from ..errors import PayloadError
+from ..events import (
+    ErrorEvent,
+    Event,
+    Finish,
+    MessageStart,
+    UnknownEvent,
+)
+from ..finish import UNMAPPED, FinishReason, Status
+from ..framing import JSONLine, ServerSentEvent
+from ..jsonparse import loads
+
+__all__ = [
+    "DONE",
+    "PASS",
+    "Dialect",
+    "DialectBase",
+    "Frame",
+    "Handler",
+    "SSEDialect",
+    "count",
+    "finish",
+]
+
+Frame = ServerSentEvent | JSONLine
+Handler = Callable[[Any, int], list[Event]]
+FinishTable = Mapping[str, tuple[Status, FinishReason]]
+
+PASS: Final = "pass"
+"""Table value for an event type that is passed through as ``UnknownEvent``."""
+
+
+class _Done:
+    """The type of ``DONE``; one instance only."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DONE"
+
+
+DONE: Final = _Done()
+"""What ``load`` returns for the ``[DONE]`` sentinel (it is not JSON)."""
+
+
+class Dialect(Protocol):
+    """One provider's wire format, for one stream."""
+
+    name: str
+    framing: Literal["sse", "ndjson"]
+    media_type: str
+
+    def load(self, frame: Any) -> Any:
+        """Parse the frame's payload once; ``DONE`` for ``[DONE]``; ``PayloadError`` if malformed."""
+        ...
+
+    def provider_seq(self, payload: Any) -> int | None:
+        """The provider's own sequence number for this payload, if it has one."""
+        ...
+
+    def events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
+        """The normalized events of one frame, all carrying ``seq``."""
+        ...
+
+
+def count(value: Any) -> int | None:
+    """A token count as reported, or ``None`` when absent or not an integer."""
+    return value if type(value) is int else None
+
+
+def finish(table: FinishTable, raw: str, seq: int) -> Finish:
+    """A ``Finish`` from a dialect's table; an unknown raw reason is kept and maps to UNMAPPED."""
+    status, reason = table.get(raw, UNMAPPED)
+    return Finish(seq=seq, status=status, reason=reason, raw=raw)
+
+
+def error_event(seq: int, type_: str, message: Any, retryable: bool, raw: Any) -> ErrorEvent:
+    return ErrorEvent(
+        seq=seq,
+        type=type_,
+        message=message if isinstance(message, str) else "",
+        retryable=retryable,
+        raw=raw,
+    )
+
+
+class DialectBase:
+    """Duplicate-safe dispatch and ``MessageStart`` bookkeeping shared by all dialects.
+
+    Subclasses set ``name``, ``framing``, ``media_type``, ``_state`` (the attribute names that
+    hold per-stream state) and implement ``_events``.
+    """
+
+    name: str = ""
+    framing: Literal["sse", "ndjson"] = "sse"
+    media_type: str = "text/event-stream"
+    _state: tuple[str, ...] = ("_started",)
+
+    def __init__(self) -> None:
+        self._high_seq = -(2**63)
+        self._started = False
+
+    def provider_seq(self, payload: Any) -> int | None:
+        return None
+
+    def events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
+        if seq > self._high_seq:
+            self._high_seq = seq
+            return self._events(frame, payload, seq)
+        # A frame the Message will drop: parse it for the trace, then put the state back.
+        saved = [copy.copy(getattr(self, attr)) for attr in self._state]
+        try:
+            return self._events(frame, payload, seq)
+        finally:
+            for attr, value in zip(self._state, saved, strict=True):
+                setattr(self, attr, value)
+
+    def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
+        raise TypeError(f"{type(self).__name__} does not implement _events")
+
+    def _start(self, seq: int, id_: Any, model: Any) -> list[Event]:
+        """One ``MessageStart`` per stream, at the first frame that names an id or a model."""
+        if self._started or not (id_ or model):
+            return []
+        self._started = True
+        return [
+            MessageStart(
+                seq=seq,
+                id=id_ if isinstance(id_, str) and id_ else None,
+                model=model if isinstance(model, str) and model else None,
+            )
+        ]
+
+    def _bind(self, table: Mapping[str, str]) -> dict[str, Handler]:
+        """Turn a table of handler names into bound handlers (``PASS`` -> ``_pass``)."""
+        return {key: getattr(self, "_" + value) for key, value in table.items()}
+
+    def _pass(self, payload: Any, seq: int) -> list[Event]:
+        return [UnknownEvent(seq=seq, type=self._kind(payload), raw=payload)]
+
+    def _kind(self, payload: Any) -> str:
+        kind = payload.get("type") if isinstance(payload, dict) else None
+        return kind if isinstance(kind, str) else "unknown"
+
+
+class SSEDialect(DialectBase):
+    """A dialect carried by Server-Sent Events whose data is one JSON object per event."""
+
+    framing: Literal["sse", "ndjson"] = "sse"
+    media_type: str = "text/event-stream"
+
+    def load(self, frame: Any) -> Any:
+        data: str = frame.data
+        if data.startswith("[DONE]"):
+            return DONE
+        try:
+            payload = loads(data)
+        except ValueError as exc:
+            raise PayloadError(f"{self.name}: malformed JSON in event data: {exc}") from exc
+        if type(payload) is not dict:
+            raise PayloadError(self._not_an_object(payload))
+        return payload
+
+    def _not_an_object(self, payload: Any) -> str:
+        return f"{self.name}: event data is JSON {type(payload).__name__}, expected an object"
