@@ -29,6 +29,7 @@ Warnings are ``TraceWarning(code, detail, seq)``; the codes are:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -77,7 +78,7 @@ class FrameRecord(NamedTuple):
     block_id: str | None
     nbytes: int
     t: float
-    events: tuple[Event, ...] | list[Event]
+    events: Sequence[Event]
     outcome: str
     raw: bytes | None
 
@@ -119,7 +120,7 @@ class Trace:
         block_id: str | None,
         nbytes: int,
         t: float,
-        events: tuple[Event, ...] | list[Event],
+        events: Sequence[Event],
         outcome: str,
         raw: bytes | None,
     ) -> None:
@@ -146,11 +147,12 @@ class Trace:
             raw_lines = _raw_lines(frame)
             delta = _clip(frame.delta, delta_width)
             for i, raw_line in enumerate(raw_lines):
-                lines.append(
+                first = i == 0
+                row = (
                     f"{_clip(raw_line, raw_width):<{raw_width}} | "
-                    f"{delta if i == 0 else '':<{delta_width}} | {position if i == 0 else ''}"
-                    .rstrip()
+                    f"{delta if first else '':<{delta_width}} | {position if first else ''}"
                 )
+                lines.append(row.rstrip())
         if not self.enabled:
             lines.append("(trace disabled: no frames recorded)")
         lines.append("")

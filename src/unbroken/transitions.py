@@ -129,9 +129,7 @@ _ROWS: dict[Phase, dict[object, Phase]] = {
         (Signal.EOF, Signal.BROKEN, Signal.INVALID, Signal.CANCEL), _P.DECIDED
     ),
     _P.INTERRUPTED: {
-        **dict.fromkeys(
-            (Signal.EOF, Signal.BROKEN, Signal.INVALID, Signal.CANCEL), _P.INTERRUPTED
-        ),
+        **dict.fromkeys((Signal.EOF, Signal.BROKEN, Signal.INVALID, Signal.CANCEL), _P.INTERRUPTED),
         Signal.RESUME: _P.STREAMING,
     },
     _P.FAILED: dict.fromkeys((Signal.EOF, Signal.BROKEN, Signal.INVALID, Signal.CANCEL), _P.FAILED),
@@ -151,9 +149,7 @@ MOVES: dict[Phase, dict[object, Phase]] = {phase: {} for phase in Phase}
 for (_phase, _key), _target in TRANSITIONS.items():
     MOVES[_phase][_key] = _target
 
-TERMINAL = frozenset(
-    {Phase.DECIDED, Phase.INTERRUPTED, Phase.FAILED, Phase.CANCELLED}
-)
+TERMINAL = frozenset({Phase.DECIDED, Phase.INTERRUPTED, Phase.FAILED, Phase.CANCELLED})
 
 STATUS_OF_PHASE: dict[Phase, Status] = {
     Phase.PENDING: Status.PENDING,

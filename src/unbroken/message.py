@@ -1,0 +1,413 @@
+"""``Message``: commits whole frames of normalized events and decides how the stream ended.
+
+Buffer, then parse, then commit: a frame's events reach the message only after the frame was cut
+and parsed whole, and they are applied together or not at all. ``commit(seq, events)`` applies a
+frame only if ``seq > last_seq`` (duplicates are counted, never appended; ``last_seq`` never moves
+back). Which events are allowed, and which state follows, is decided by the table in
+``transitions.py`` and nowhere else; an event it does not allow is a ``SequenceError`` recorded in
+the trace, and the frame is left out so the message is not corrupted.
+
+Text and tool-call arguments are kept as lists of parts and joined on access, so receiving is
+linear in the body; ``ToolCall.value`` is parsed once, when the finish reason or the close comes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import (
+    DecodingError,
+    LocalProtocolError,
+    ProtocolError,
+    ProviderError,
+    SequenceError,
+    StreamError,
+)
+from .events import (
+    ErrorEvent,
+    Event,
+    Finish,
+    MessageStart,
+    ReasoningDelta,
+    StreamEnd,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from .finish import FinishReason, Status
+from .jsonparse import loads
+from .trace import COMMITTED, DEFAULT_RAW_BUDGET, DUPLICATE, REJECTED, Trace, TraceWarning
+from .transitions import MOVES, STATUS_OF_PHASE, TERMINAL, Phase, Signal
+
+__all__ = ["CONTIGUOUS_SOURCES", "Message", "ToolCall"]
+
+# Seq sources numbered without gaps (design.md "Sequence numbers"); a skipped number is loss.
+CONTIGUOUS_SOURCES = frozenset({"proxy", "provider", "position"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """A tool call assembled from its deltas. ``arguments`` is the exact JSON text received;
+    ``value`` is it parsed (``{}`` for empty arguments), or ``None`` until the call is complete
+    or when the text is not valid JSON (a ``tool_arguments`` warning says so)."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+    value: Any = None
+
+
+class _ToolCallParts:
+    __slots__ = ("arguments", "complete", "id", "index", "name", "parts", "value")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.id: str | None = None
+        self.name: str | None = None
+        self.parts: list[str] = []
+        self.arguments: str | None = None  # joined once complete
+        self.complete = False
+        self.value: Any = None
+
+
+class Message:
+    """The state of one streamed assistant message; see design.md "Dialects and messages"."""
+
+    def __init__(
+        self,
+        *,
+        trace: bool = True,
+        raw_budget: int = DEFAULT_RAW_BUDGET,
+        seq_source: str | None = None,
+        expect_end_marker: bool = True,
+    ) -> None:
+        self.last_seq = -1
+        self.id: str | None = None
+        self.model: str | None = None
+        self.usage: Usage | None = None
+        self.error: StreamError | None = None
+        self.finish: Finish | None = None
+        self.end_marker: str | None = None
+        self.reasoning_signature: str | None = None
+        self.duplicates = 0
+        self.gaps: list[tuple[int, int]] = []
+        self.sequence_errors: list[SequenceError] = []
+        self.warnings: list[TraceWarning] = []
+        self.trace = Trace(enabled=trace, raw_budget=raw_budget, warnings=self.warnings)
+        self.trace._message = self
+        # Set by whoever fixes the seq source (the receiver, from the first frame).
+        self.seq_source = seq_source
+        # Gemini and the Responses API have no end marker: no warning for its absence.
+        self.expect_end_marker = expect_end_marker
+        self._phase = Phase.PENDING
+        self._moves = MOVES[Phase.PENDING]
+        self._seen_seq = -1  # highest seq offered (committed or rejected), for gap detection
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, _ToolCallParts] = {}
+
+    # -- what a caller reads ------------------------------------------------------------------
+
+    @property
+    def status(self) -> Status:
+        if self._phase is Phase.DECIDED and self.finish is not None:
+            return self.finish.status
+        return STATUS_OF_PHASE[self._phase]
+
+    @property
+    def closed(self) -> bool:
+        return self._phase in TERMINAL
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return None if self.finish is None else self.finish.reason
+
+    @property
+    def raw_finish_reason(self) -> str | None:
+        return None if self.finish is None else self.finish.raw
+
+    @property
+    def text(self) -> str:
+        return _joined(self._text)
+
+    @property
+    def reasoning(self) -> str:
+        return _joined(self._reasoning)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        calls = []
+        for parts in self._calls.values():
+            arguments = parts.arguments if parts.complete else _joined(parts.parts)
+            calls.append(
+                ToolCall(
+                    index=parts.index,
+                    id=parts.id,
+                    name=parts.name,
+                    arguments=arguments if arguments is not None else "",
+                    value=parts.value,
+                )
+            )
+        return calls
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def commit(
+        self,
+        seq: int,
+        events: Sequence[Event],
+        t: float = 0.0,
+        nbytes: int = 0,
+        block_id: str | None = None,
+        raw: bytes | None = None,
+    ) -> bool:
+        """Apply one frame's events if ``seq > last_seq``; return whether it was committed."""
+        trace = self.trace
+        if seq <= self.last_seq:
+            self.duplicates += 1
+            if trace.enabled:
+                trace.record(seq, block_id, nbytes, t, events, DUPLICATE, raw)
+            return False
+        phase = self._phase
+        moves = self._moves
+        for event in events:
+            target = moves.get(event.__class__)
+            if target is None:
+                self._reject(seq, event, phase)
+                if trace.enabled:
+                    trace.record(seq, block_id, nbytes, t, events, REJECTED, raw)
+                return False
+            if target is not phase:
+                phase = target
+                moves = MOVES[target]
+        seen = self._seen_seq
+        if seq > seen + 1 and seen >= 0 and self.seq_source in CONTIGUOUS_SOURCES:
+            self.gaps.append((seen, seq))
+            self._warn("gap", f"frames {seen + 1}..{seq - 1} never arrived", seq)
+        for event in events:
+            cls = event.__class__
+            if cls is TextDelta:
+                self._text.append(event.text)  # type: ignore[union-attr]
+            elif cls is ReasoningDelta:
+                self._reasoning_delta(event)  # type: ignore[arg-type]
+            elif cls is ToolCallDelta:
+                self._tool_call_delta(event)  # type: ignore[arg-type]
+            elif cls is Usage:
+                self._usage(event)  # type: ignore[arg-type]
+            elif cls is Finish:
+                self._finish(event)  # type: ignore[arg-type]
+            elif cls is ErrorEvent:
+                self._error_event(event)  # type: ignore[arg-type]
+            elif cls is StreamEnd:
+                self.end_marker = event.marker  # type: ignore[union-attr]
+            elif cls is MessageStart:
+                self._start(event)  # type: ignore[arg-type]
+            # Ping and UnknownEvent change nothing but the trace.
+        self._phase = phase
+        self._moves = moves
+        self.last_seq = self._seen_seq = seq
+        if trace.enabled:
+            trace.record(seq, block_id, nbytes, t, events, COMMITTED, raw)
+        return True
+
+    def close(self, error: StreamError | None = None, *, cancelled: bool = False) -> Status:
+        """End the message and decide its status; closing an ended message changes nothing.
+
+        ``error`` is what ended the stream badly: a ``ProtocolError`` or ``ProviderError``
+        fails it, any other ``StreamError`` (transport, timeout) interrupts it, unless a finish
+        reason already came, which decides. ``cancelled`` means the caller stopped reading.
+        """
+        before = self._phase
+        if cancelled:
+            signal = Signal.CANCEL
+        elif error is None:
+            signal = Signal.EOF
+        elif isinstance(error, ProtocolError | ProviderError):
+            signal = Signal.INVALID
+        else:
+            signal = Signal.BROKEN
+        after = MOVES[before][signal]
+        if before in TERMINAL:
+            return self.status
+        self._phase = after
+        self._moves = MOVES[after]
+        self._complete_tool_calls()
+        if after is Phase.DECIDED:
+            self._close_decided(before, error)
+        elif after is Phase.FAILED and before is Phase.ERRORED:
+            if error is not None:
+                self._warn(_error_code(error), _describe_error(error))
+        else:
+            if error is not None:
+                self.error = error
+                self._warn(_error_code(error), _describe_error(error))
+            if after is Phase.INTERRUPTED:
+                if before is Phase.ENDED:
+                    self._warn(
+                        "end_without_finish",
+                        f"end marker {self.end_marker!r} came without a finish reason",
+                    )
+                self._warn("no_finish_reason", "the stream ended without a finish reason")
+        if self.duplicates:
+            self._warn("duplicate", f"{self.duplicates} frame(s) with seq <= last_seq ignored")
+        return self.status
+
+    def resume(self) -> None:
+        """Continue an interrupted message (a resume reconnected): back to ``streaming``."""
+        target = MOVES[self._phase].get(Signal.RESUME)
+        if target is None:
+            raise LocalProtocolError(f"cannot resume a {self.status.value} message")
+        self._phase = target
+        self._moves = MOVES[target]
+        self.error = None
+        self._warn("resumed", f"resumed after seq {self.last_seq}")
+
+    def warn(self, code: str, detail: str, seq: int | None = None) -> None:
+        """Record a warning found outside the message (the receiver's tail, stalls, …)."""
+        self._warn(code, detail, seq)
+
+    # -- applying one event -------------------------------------------------------------------
+
+    def _warn(self, code: str, detail: str, seq: int | None = None) -> None:
+        self.warnings.append(TraceWarning(code=code, detail=detail, seq=seq))
+
+    def _reject(self, seq: int, event: Event, phase: Phase) -> None:
+        kind = type(event).__name__
+        state = self.status.value if phase in TERMINAL else phase.value
+        problem = SequenceError(
+            f"{kind} not allowed when the message is {state}; frame {seq} not applied",
+            state=state,
+            kind=kind,
+            seq=seq,
+        )
+        self.sequence_errors.append(problem)
+        self._seen_seq = max(self._seen_seq, seq)
+        self._warn("sequence_error", str(problem), seq)
+
+    def _reasoning_delta(self, event: ReasoningDelta) -> None:
+        if event.text:
+            self._reasoning.append(event.text)
+        if event.signature is not None:
+            self.reasoning_signature = event.signature
+
+    def _tool_call_delta(self, event: ToolCallDelta) -> None:
+        parts = self._calls.get(event.index)
+        if parts is None:
+            parts = self._calls[event.index] = _ToolCallParts(event.index)
+        elif parts.complete:  # a resume continues a call that the interruption had closed
+            parts.complete = False
+            parts.parts = [parts.arguments or ""]
+            parts.value = None
+        if event.id is not None and parts.id is None:
+            parts.id = event.id
+        if event.name is not None and parts.name is None:
+            parts.name = event.name
+        if event.arguments:
+            parts.parts.append(event.arguments)
+
+    def _usage(self, event: Usage) -> None:
+        old = self.usage
+        if old is None:
+            self.usage = event
+            return
+        # Providers report cumulative counts: a later report replaces field by field.
+        self.usage = Usage(
+            seq=event.seq,
+            input_tokens=_latest(event.input_tokens, old.input_tokens),
+            output_tokens=_latest(event.output_tokens, old.output_tokens),
+            total_tokens=_latest(event.total_tokens, old.total_tokens),
+            reasoning_tokens=_latest(event.reasoning_tokens, old.reasoning_tokens),
+            cached_tokens=_latest(event.cached_tokens, old.cached_tokens),
+        )
+
+    def _finish(self, event: Finish) -> None:
+        if self.finish is None:
+            self.finish = event
+            if event.reason is FinishReason.OTHER:
+                self._warn(
+                    "unmapped_reason", f"finish reason {event.raw!r} kept as 'other'", event.seq
+                )
+            self._complete_tool_calls()
+        elif (event.status, event.reason, event.raw) != (
+            self.finish.status,
+            self.finish.reason,
+            self.finish.raw,
+        ):
+            self._warn(
+                "finish_conflict",
+                f"finish reason {event.raw!r} after {self.finish.raw!r}; the first stands",
+                event.seq,
+            )
+
+    def _error_event(self, event: ErrorEvent) -> None:
+        if isinstance(self.error, ProviderError):
+            self._warn("second_error", f"{event.type}: {event.message}", event.seq)
+            return
+        self.error = ProviderError(event)
+
+    def _start(self, event: MessageStart) -> None:
+        if self.id is None:
+            self.id = event.id
+        if self.model is None:
+            self.model = event.model
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def _close_decided(self, before: Phase, error: StreamError | None) -> None:
+        finish = self.finish
+        assert finish is not None  # the table reaches DECIDED only from FINISHED or DONE
+        if error is not None:
+            self._warn("late_error", f"after the finish reason: {_describe_error(error)}")
+        if before is Phase.FINISHED and self.expect_end_marker:
+            self._warn("no_end_marker", f"finish reason {finish.raw!r} came without the end marker")
+        if finish.status is Status.FAILED and self.error is None:
+            self.error = ProviderError(
+                ErrorEvent(
+                    seq=finish.seq,
+                    type=finish.raw,
+                    message=f"the provider ended with finish reason {finish.raw!r}",
+                    retryable=False,
+                )
+            )
+
+    def _complete_tool_calls(self) -> None:
+        for parts in self._calls.values():
+            if parts.complete:
+                continue
+            parts.complete = True
+            arguments = parts.arguments = _joined(parts.parts)
+            if not arguments:
+                parts.value = {}
+                continue
+            try:
+                parts.value = loads(arguments)
+            except ValueError as exc:
+                self._warn(
+                    "tool_arguments", f"tool call {parts.index} arguments are not JSON: {exc}"
+                )
+
+
+def _joined(parts: list[str]) -> str:
+    """Join in place, so the next access only joins what came since."""
+    if len(parts) > 1:
+        whole = "".join(parts)
+        parts.clear()
+        parts.append(whole)
+    return parts[0] if parts else ""
+
+
+def _latest(new: int | None, old: int | None) -> int | None:
+    return old if new is None else new
+
+
+def _error_code(error: StreamError) -> str:
+    return "invalid_utf8" if isinstance(error, DecodingError) else "error"
+
+
+def _describe_error(error: StreamError) -> str:
+    if isinstance(error, DecodingError):
+        return f"invalid UTF-8 at byte offset {error.offset}"
+    return f"{type(error).__name__}: {error}"
