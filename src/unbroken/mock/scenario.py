@@ -47,7 +47,7 @@ class Scenario:
     duplicate: int | None = None
     status: int | None = None
     status_times: int | None = None
-    retry_after: float = 1.0
+    retry_after: float | None = None
     sse_ids: bool = False
 
 

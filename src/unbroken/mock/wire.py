@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -19,11 +19,10 @@ __all__ = [
     "Frame",
     "Framing",
     "Plan",
+    "compact_json",
     "encode",
     "go_json",
-    "compact_json",
     "spaced_json",
-    "with_sequence_number",
 ]
 
 # A fixed creation time, so that the same request always streams the same bytes.
@@ -98,10 +97,6 @@ def go_json(value: Any) -> bytes:
     return text.encode()
 
 
-def with_sequence_number(frame: Frame, sequence_number: int) -> Frame:
-    return replace(frame, sequence_number=sequence_number)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Dialect:
     """One provider format: how it frames, streams, answers whole, and reports errors."""
@@ -110,6 +105,7 @@ class Dialect:
     framing: Framing
     media_type: str
     keepalive: bytes
+    dumps: Callable[[Any], bytes]
     finishes: frozenset[str]
     stream_frames: Callable[[Plan], list[Frame]]
     whole_body: Callable[[Plan], tuple[int, dict[str, Any]]]
