@@ -31,6 +31,7 @@ __all__ = [
     "DialectBase",
     "Frame",
     "Handler",
+    "PartHandler",
     "SSEDialect",
     "count",
     "finish",
@@ -38,6 +39,7 @@ __all__ = [
 
 Frame = ServerSentEvent | JSONLine
 Handler = Callable[[Any, int], list[Event]]
+PartHandler = Callable[[Any, Any, int], list[Event]]
 FinishTable = Mapping[str, tuple[Status, FinishReason]]
 
 PASS: Final = "pass"
@@ -65,7 +67,7 @@ class Dialect(Protocol):
     media_type: str
 
     def load(self, frame: Any) -> Any:
-        """Parse the frame's payload once; ``DONE`` for ``[DONE]``; ``PayloadError`` if malformed."""
+        """Parse the payload once: ``DONE`` for ``[DONE]``; ``PayloadError`` if malformed."""
         ...
 
     def provider_seq(self, payload: Any) -> int | None:
@@ -118,10 +120,18 @@ class DialectBase:
         return None
 
     def events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
-        if seq > self._high_seq:
-            self._high_seq = seq
-            return self._events(frame, payload, seq)
-        # A frame the Message will drop: parse it for the trace, then put the state back.
+        try:
+            if seq > self._high_seq:
+                self._high_seq = seq
+                return self._events(frame, payload, seq)
+            return self._replayed(frame, payload, seq)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            # Valid JSON in a shape the provider does not document (a string where an object
+            # belongs, ...): the frame is unusable, and saying so beats guessing at its text.
+            raise PayloadError(f"{self.name}: unexpected payload shape: {exc!r}") from exc
+
+    def _replayed(self, frame: Any, payload: Any, seq: int) -> list[Event]:
+        """A frame the Message will drop: parse it for the trace, then put the state back."""
         saved = [copy.copy(getattr(self, attr)) for attr in self._state]
         try:
             return self._events(frame, payload, seq)
@@ -146,8 +156,25 @@ class DialectBase:
         ]
 
     def _bind(self, table: Mapping[str, str]) -> dict[str, Handler]:
-        """Turn a table of handler names into bound handlers (``PASS`` -> ``_pass``)."""
-        return {key: getattr(self, "_" + value) for key, value in table.items()}
+        """Bound handlers for the table's top-level kinds (``PASS`` -> ``_pass``).
+
+        Keys with a ``/`` name sub-kinds (``content_block_delta/text_delta``); a dialect binds
+        those itself with ``_bind_parts``.
+        """
+        return {key: getattr(self, "_" + value) for key, value in table.items() if "/" not in key}
+
+    def _bind_parts(self, top: str, table: Mapping[str, str]) -> dict[str, PartHandler]:
+        """Bound handlers for the sub-kinds of ``top`` (``PASS`` -> ``_part_pass``)."""
+        prefix = top + "/"
+        return {
+            key[len(prefix) :]: getattr(self, "_part_" + value)
+            for key, value in table.items()
+            if key.startswith(prefix)
+        }
+
+    def _part_pass(self, payload: Any, part: Any, seq: int) -> list[Event]:
+        kind = part.get("type") if isinstance(part, dict) else None
+        return [UnknownEvent(seq=seq, type=f"{self._kind(payload)}/{kind}", raw=payload)]
 
     def _pass(self, payload: Any, seq: int) -> list[Event]:
         return [UnknownEvent(seq=seq, type=self._kind(payload), raw=payload)]

@@ -1,0 +1,177 @@
+"""Ollama's native streaming API: newline-delimited JSON (``application/x-ndjson``).
+
+``/api/chat`` lines carry ``message.content``, ``message.thinking`` and whole
+``message.tool_calls`` (arguments are an object, never fragments); ``/api/generate`` lines carry
+``response`` and ``thinking`` at the top level. The last line has ``"done": true``, the counts and
+``done_reason``. Ollama leaves ``done_reason`` out when the runner lost its connection, so a done
+line without one is no finish reason at all (the stream ends interrupted). An error mid-stream is a
+line ``{"error": "..."}``; the HTTP status stays 200.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from ..errors import PayloadError
+from ..events import (
+    Event,
+    Finish,
+    ReasoningDelta,
+    StreamEnd,
+    TextDelta,
+    ToolCallDelta,
+    UnknownEvent,
+    Usage,
+)
+from ..finish import FinishReason, Status
+from ..jsonparse import dumps_compact
+from .base import PASS, DialectBase, count, error_event, finish
+
+__all__ = ["EVENT_TYPES", "FINISH_REASONS", "OllamaDialect"]
+
+EVENT_TYPES: Final[Mapping[str, str]] = {
+    "error": "error",  # {"error": "..."}: the whole line
+    "message": "message",  # /api/chat
+    "thinking": "thinking",  # /api/generate
+    "response": "response",  # /api/generate
+    "image": PASS,  # image generation: the picture, with "completed" / "total" progress
+    "done": "done",  # true on the last line
+    # fields of "message"
+    "message/content": "content",
+    "message/thinking": "thinking",
+    "message/tool_calls": "tool_calls",
+    "message/role": "role",  # always "assistant": nothing to report
+    "message/images": PASS,
+    "message/tool_name": PASS,
+}
+"""Every documented line field and message field: its handler, or ``PASS``."""
+
+FINISH_REASONS: Final[Mapping[str, tuple[Status, FinishReason]]] = {
+    "stop": (Status.COMPLETED, FinishReason.STOP),
+    "length": (Status.TRUNCATED, FinishReason.LENGTH),
+    # a bare load / unload request: nothing was generated, yet it ended as asked
+    "load": (Status.COMPLETED, FinishReason.OTHER),
+    "unload": (Status.COMPLETED, FinishReason.OTHER),
+}
+
+STOP_WITH_TOOL_CALLS: Final = (Status.COMPLETED, FinishReason.TOOL_CALLS)
+"""``stop`` after the model asked for tools."""
+
+
+class OllamaDialect(DialectBase):
+    name = "ollama"
+    framing: Literal["sse", "ndjson"] = "ndjson"
+    media_type = "application/x-ndjson"
+    _state = ("_started", "_calls")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._calls = 0  # tool calls so far: the index of the next one
+        # Line fields are not exclusive ("done" comes with the last text); table order is the
+        # order of the events in a frame, so the end comes last.
+        self._fields = {
+            key: getattr(self, "_field_pass" if value == PASS else "_" + value)
+            for key, value in EVENT_TYPES.items()
+            if "/" not in key and key != "error"
+        }
+        self._message_fields = {
+            key: handler
+            for key, handler in self._bind_parts("message", EVENT_TYPES).items()
+            if EVENT_TYPES["message/" + key] != PASS
+        }
+
+    def load(self, frame: Any) -> Any:
+        value = frame.value
+        if type(value) is not dict:
+            raise PayloadError(f"ollama: line is JSON {type(value).__name__}, expected an object")
+        return value
+
+    def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
+        if payload.get("error"):
+            return self._error(payload, seq)
+        out = self._start(seq, None, payload.get("model"))
+        for key, handler in self._fields.items():
+            value = payload.get(key)
+            if value:
+                out += handler(payload, value, seq)
+        return out if out else [UnknownEvent(seq=seq, type="line", raw=payload)]
+
+    def _error(self, payload: Any, seq: int) -> list[Event]:
+        error = payload["error"]
+        message = error if isinstance(error, str) else dumps_compact(error)
+        # Ollama says nothing about the cause, so nothing marks it as worth a retry.
+        return [error_event(seq, "error", message, False, payload)]
+
+    def _field_pass(self, payload: Any, value: Any, seq: int) -> list[Event]:
+        return [UnknownEvent(seq=seq, type="line", raw=payload)]
+
+    def _message(self, payload: Any, message: Any, seq: int) -> list[Event]:
+        out: list[Event] = []
+        fields = self._message_fields
+        for key, value in message.items():
+            if not value:
+                continue
+            handler = fields.get(key)
+            if handler is None:
+                out.append(UnknownEvent(seq=seq, type="message/" + key, raw=payload))
+            else:
+                out += handler(payload, value, seq)
+        return out
+
+    def _response(self, payload: Any, text: Any, seq: int) -> list[Event]:
+        return [TextDelta(seq=seq, text=text)] if isinstance(text, str) else []
+
+    def _thinking(self, payload: Any, text: Any, seq: int) -> list[Event]:
+        return [ReasoningDelta(seq=seq, text=text)] if isinstance(text, str) else []
+
+    def _part_content(self, payload: Any, text: Any, seq: int) -> list[Event]:
+        return self._response(payload, text, seq)
+
+    def _part_thinking(self, payload: Any, text: Any, seq: int) -> list[Event]:
+        return self._thinking(payload, text, seq)
+
+    def _part_role(self, payload: Any, role: Any, seq: int) -> list[Event]:
+        return []
+
+    def _part_tool_calls(self, payload: Any, calls: Any, seq: int) -> list[Event]:
+        out: list[Event] = []
+        for call in calls:
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):  # some models' templates leave the JSON as text
+                text = arguments
+            else:
+                text = dumps_compact(arguments if arguments is not None else {})
+            out.append(
+                ToolCallDelta(
+                    seq=seq,
+                    index=self._calls,
+                    id=call.get("id") or None,
+                    name=function.get("name") or None,
+                    arguments=text,
+                )
+            )
+            self._calls += 1
+        return out
+
+    def _done(self, payload: Any, done: Any, seq: int) -> list[Event]:
+        if done is not True:
+            return []
+        out: list[Event] = []
+        usage = Usage(
+            seq=seq,
+            input_tokens=count(payload.get("prompt_eval_count")),
+            output_tokens=count(payload.get("eval_count")),
+        )
+        if usage != Usage(seq=seq):
+            out.append(usage)
+        reason = payload.get("done_reason")
+        if isinstance(reason, str) and reason:
+            if reason == "stop" and self._calls:
+                status, normalized = STOP_WITH_TOOL_CALLS
+                out.append(Finish(seq=seq, status=status, reason=normalized, raw=reason))
+            else:
+                out.append(finish(FINISH_REASONS, reason, seq))
+        out.append(StreamEnd(seq=seq, marker="done"))
+        return out

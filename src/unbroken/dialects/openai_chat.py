@@ -1,0 +1,174 @@
+"""OpenAI Chat Completions streaming (``POST /v1/chat/completions`` with ``"stream": true``).
+
+Each SSE event (no ``event:`` name) carries one ``chat.completion.chunk``; ``data: [DONE]`` ends
+the body. Only choice 0 is the message (``n > 1`` streams interleave other choices; they are
+passed through, never mixed into the text). With ``stream_options.include_usage`` a last chunk has
+``"choices": []`` and the usage. OpenAI-compatible servers add ``reasoning_content`` (DeepSeek,
+vLLM) or ``reasoning`` (OpenRouter, Ollama) deltas, and report failures as a chunk holding an
+``error`` object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from ..events import (
+    Event,
+    ReasoningDelta,
+    StreamEnd,
+    TextDelta,
+    ToolCallDelta,
+    UnknownEvent,
+    Usage,
+)
+from ..finish import FinishReason, Status
+from .base import DONE, PASS, SSEDialect, count, error_event, finish
+
+__all__ = ["EVENT_TYPES", "FINISH_REASONS", "RETRYABLE_ERRORS", "OpenAIChatDialect"]
+
+EVENT_TYPES: Final[Mapping[str, str]] = {
+    "chat.completion.chunk": "chunk",  # choices and/or usage
+    "error": "error",  # a chunk holding an error object
+    "[DONE]": "done",
+    # fields of choice 0's delta
+    "delta/content": "content",
+    "delta/reasoning_content": "reasoning",
+    "delta/reasoning": "reasoning",
+    "delta/tool_calls": "tool_calls",
+    "delta/function_call": "function_call",  # legacy, before tool_calls
+    "delta/role": "role",  # always "assistant": nothing to report
+    "delta/refusal": PASS,
+    "delta/audio": PASS,
+}
+"""Every documented frame kind and delta field: its handler, or ``PASS``."""
+
+FINISH_REASONS: Final[Mapping[str, tuple[Status, FinishReason]]] = {
+    "stop": (Status.COMPLETED, FinishReason.STOP),
+    "tool_calls": (Status.COMPLETED, FinishReason.TOOL_CALLS),
+    "function_call": (Status.COMPLETED, FinishReason.TOOL_CALLS),
+    "length": (Status.TRUNCATED, FinishReason.LENGTH),
+    "content_filter": (Status.FILTERED, FinishReason.CONTENT_FILTER),
+}
+
+RETRYABLE_ERRORS: Final = frozenset({"server_error", "rate_limit_exceeded"})
+
+
+class OpenAIChatDialect(SSEDialect):
+    name = "openai-chat"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._handlers = self._bind(EVENT_TYPES)
+        # PASS fields take the same road as undocumented ones: "delta/<field>" pass-through.
+        self._deltas = {
+            key: handler
+            for key, handler in self._bind_parts("delta", EVENT_TYPES).items()
+            if EVENT_TYPES["delta/" + key] != PASS
+        }
+
+    def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
+        if payload is DONE:
+            kind = "[DONE]"
+        elif "choices" in payload or "usage" in payload:
+            kind = "chat.completion.chunk"
+        elif payload.get("error"):
+            kind = "error"
+        else:
+            kind = payload.get("object")
+            kind = kind if isinstance(kind, str) and kind else "chunk"
+            return [UnknownEvent(seq=seq, type=kind, raw=payload)]
+        out = self._handlers[kind](payload, seq)
+        return out if out else [UnknownEvent(seq=seq, type=kind, raw=payload)]
+
+    def _done(self, payload: Any, seq: int) -> list[Event]:
+        return [StreamEnd(seq=seq, marker="[DONE]")]
+
+    def _chunk(self, payload: Any, seq: int) -> list[Event]:
+        out = self._start(seq, payload.get("id"), payload.get("model"))
+        end: list[Event] = []
+        for choice in payload.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                out.append(UnknownEvent(seq=seq, type="choice", raw=payload))
+                continue
+            delta = choice.get("delta")
+            if delta:
+                deltas = self._deltas
+                for key, value in delta.items():
+                    if not value:  # null, "" and [] say nothing
+                        continue
+                    handler = deltas.get(key)
+                    if handler is None:
+                        out.append(UnknownEvent(seq=seq, type="delta/" + key, raw=payload))
+                    else:
+                        out += handler(payload, value, seq)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                end.append(finish(FINISH_REASONS, reason, seq))
+        usage = payload.get("usage")
+        if usage:
+            out.append(_usage(usage, seq))
+        return out + end if end else out
+
+    def _error(self, payload: Any, seq: int) -> list[Event]:
+        error = payload["error"]
+        if not isinstance(error, dict):
+            return [error_event(seq, "error", str(error), False, payload)]
+        code, kind = error.get("code"), error.get("type")
+        names = [name for name in (code, kind) if isinstance(name, str) and name]
+        retryable = any(name in RETRYABLE_ERRORS for name in names)
+        type_ = names[0] if names else "error"
+        return [error_event(seq, type_, error.get("message"), retryable, payload)]
+
+    # -- delta fields of choice 0 ---------------------------------------------------------------
+
+    def _part_role(self, payload: Any, value: Any, seq: int) -> list[Event]:
+        return []
+
+    def _part_content(self, payload: Any, value: Any, seq: int) -> list[Event]:
+        return [TextDelta(seq=seq, text=value)] if isinstance(value, str) else []
+
+    def _part_reasoning(self, payload: Any, value: Any, seq: int) -> list[Event]:
+        if isinstance(value, str):
+            return [ReasoningDelta(seq=seq, text=value)]
+        return [UnknownEvent(seq=seq, type="delta/reasoning", raw=payload)]
+
+    def _part_tool_calls(self, payload: Any, calls: Any, seq: int) -> list[Event]:
+        out: list[Event] = []
+        for position, call in enumerate(calls):
+            index = call.get("index")
+            function = call.get("function") or {}
+            call_id, name = call.get("id"), function.get("name")
+            arguments = function.get("arguments")
+            if not (call_id or name or arguments):
+                continue
+            out.append(
+                ToolCallDelta(
+                    seq=seq,
+                    index=index if type(index) is int else position,
+                    id=call_id or None,
+                    name=name or None,
+                    arguments=arguments if isinstance(arguments, str) else "",
+                )
+            )
+        return out
+
+    def _part_function_call(self, payload: Any, function: Any, seq: int) -> list[Event]:
+        name, arguments = function.get("name"), function.get("arguments")
+        if not (name or arguments):
+            return []
+        arguments = arguments if isinstance(arguments, str) else ""
+        return [ToolCallDelta(seq=seq, index=0, name=name or None, arguments=arguments)]
+
+
+def _usage(usage: Any, seq: int) -> Usage:
+    completion = usage.get("completion_tokens_details")
+    prompt = usage.get("prompt_tokens_details")
+    return Usage(
+        seq=seq,
+        input_tokens=count(usage.get("prompt_tokens")),
+        output_tokens=count(usage.get("completion_tokens")),
+        total_tokens=count(usage.get("total_tokens")),
+        reasoning_tokens=count(completion.get("reasoning_tokens")) if completion else None,
+        cached_tokens=count(prompt.get("cached_tokens")) if prompt else None,
+    )
