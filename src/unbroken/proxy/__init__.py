@@ -1,0 +1,1 @@
+"""The resumable proxy: one upstream generation, any number of downstream reconnects."""

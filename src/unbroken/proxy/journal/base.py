@@ -1,0 +1,230 @@
+"""The journal: every stream the proxy serves, and every frame of it, in seq order.
+
+One small interface, two implementations (``MemoryJournal`` for tests, ``SQLiteJournal`` by
+default). The producer of a stream calls ``create`` once, then ``append`` once per upstream read
+(group commit: all frames of that read and the stream's new state in one transaction). Readers
+call ``follow``: frames after a seq from storage, then the live tail as it is appended, woken by an
+in-process notification (``LiveTail``), never by sleep-polling.
+
+Nothing secret is ever stored: credentials and stream tokens only as SHA-256 hashes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ...finish import END_STATES, Status
+from .live import LiveTail
+
+__all__ = [
+    "FOLLOW_BATCH",
+    "FrameRecord",
+    "Journal",
+    "StreamMeta",
+    "StreamRecord",
+    "StreamState",
+]
+
+FOLLOW_BATCH = 512
+"""Frames read from storage per round trip when a reader catches up."""
+
+
+class FrameRecord(NamedTuple):
+    """One upstream frame as journaled.
+
+    ``event`` is the SSE event type when the upstream named one other than ``message`` (else
+    ``None``; always ``None`` for NDJSON). ``data`` is the SSE data (UTF-8, lines joined by LF) or
+    the NDJSON line without its terminator. ``text`` is the output text the frame added, so that
+    a stream's text can be rebuilt without the dialect.
+    """
+
+    seq: int
+    event: str | None
+    data: bytes
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamMeta:
+    """What is fixed when a stream is created."""
+
+    stream_id: str
+    dialect: str
+    created: float
+    media_type: str
+    token_hash: str
+    credential_hash: str | None = None
+    request_path: str = ""
+    # End-to-end upstream response headers (no cookies), repeated on a resume's response.
+    response_headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamState:
+    """What changes as a stream goes; written with every append."""
+
+    status: Status
+    updated: float
+    last_seq: int = 0
+    finish_reason: str | None = None
+    raw_finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    upstream_requests: int = 1
+    provider_id: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in END_STATES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamRecord:
+    """A stream as ``get`` returns it; ``text`` is rebuilt from its frames."""
+
+    meta: StreamMeta
+    state: StreamState
+    text: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON body of ``GET /v1/streams/{id}`` (no hashes, no headers)."""
+        meta, state = self.meta, self.state
+        return {
+            "id": meta.stream_id,
+            "dialect": meta.dialect,
+            "status": state.status.value,
+            "finish_reason": state.finish_reason,
+            "raw_finish_reason": state.raw_finish_reason,
+            "text": self.text,
+            "last_seq": state.last_seq,
+            "usage": state.usage,
+            "error": state.error,
+            "created": meta.created,
+            "updated": state.updated,
+            "upstream_requests": state.upstream_requests,
+            "provider_id": state.provider_id,
+        }
+
+
+class Journal(ABC):
+    """Persistence for streams and frames, plus the in-process live tails that wake readers."""
+
+    def __init__(self, *, tail_frames: int = 256) -> None:
+        self._tails: dict[str, LiveTail] = {}
+        self.is_open = False
+        self._tail_frames = tail_frames
+
+    # -- storage (one implementation per backend) ---------------------------------------------
+
+    async def open(self) -> None:
+        """Prepare the storage (create tables, open connections)."""
+        self.is_open = True
+
+    async def close(self) -> None:
+        """Release the storage."""
+        self.is_open = False
+
+    @abstractmethod
+    async def _create(self, meta: StreamMeta, state: StreamState) -> None: ...
+
+    @abstractmethod
+    async def _store(
+        self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
+    ) -> None:
+        """Store the frames and the new state in one transaction."""
+
+    @abstractmethod
+    async def read_after(self, stream_id: str, seq: int, limit: int) -> list[FrameRecord]:
+        """Up to ``limit`` frames with seq > ``seq``, in order."""
+
+    @abstractmethod
+    async def get(self, stream_id: str) -> StreamRecord | None:
+        """The stream with its text, or ``None`` if unknown (or already expired and purged)."""
+
+    @abstractmethod
+    async def _purge(self, older_than: float, keep: frozenset[str]) -> int: ...
+
+    @abstractmethod
+    async def unfinished(self) -> list[str]:
+        """Ids of streams whose stored status is not an end state."""
+
+    # -- the interface the proxy uses ---------------------------------------------------------
+
+    async def create(self, meta: StreamMeta, state: StreamState) -> LiveTail:
+        """Store a new stream and open its live tail (the producer holds it until the end)."""
+        tail = LiveTail(meta.stream_id, max_frames=self._tail_frames)
+        self._tails[meta.stream_id] = tail
+        try:
+            await self._create(meta, state)
+        except BaseException:
+            del self._tails[meta.stream_id]
+            raise
+        return tail
+
+    async def append(
+        self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
+    ) -> None:
+        """Commit frames and state together, then wake the stream's readers.
+
+        An append whose state is an end state closes the live tail: readers drain what is
+        stored and stop.
+        """
+        await self._store(stream_id, frames, state)
+        tail = self._tails.get(stream_id)
+        if tail is not None:
+            tail.publish(frames, ended=state.ended)
+            if state.ended:
+                del self._tails[stream_id]
+
+    async def set_status(self, stream_id: str, state: StreamState) -> None:
+        """Change the state without frames (an append of none)."""
+        await self.append(stream_id, (), state)
+
+    def tail(self, stream_id: str) -> LiveTail | None:
+        """The live tail of a stream produced in this process, if it is still going."""
+        return self._tails.get(stream_id)
+
+    async def expire(self, older_than: float) -> int:
+        """Delete streams not updated since ``older_than`` (never a live one); return how many."""
+        return await self._purge(older_than, frozenset(self._tails))
+
+    async def follow(
+        self, stream_id: str, after: int, *, keepalive: float | None = None
+    ) -> AsyncGenerator[FrameRecord | None, None]:
+        """Frames with seq > ``after``: stored ones, then live ones until the stream ends.
+
+        Yields ``None`` when ``keepalive`` seconds pass with nothing new (time for a keep-alive
+        comment). A stream with no live tail in this process ends after what is stored.
+        """
+        cursor = after
+        attached = tail = self._tails.get(stream_id)
+        if attached is not None:
+            attached.attach()
+        try:
+            while True:
+                tail = self._tails.get(stream_id) if tail is not None else None
+                if tail is None:
+                    ended = True
+                    frames: list[FrameRecord] | None = None
+                else:
+                    # Read `ended` first: the end is published after the last frames, so if it
+                    # is set now, everything is stored or cached by the read below.
+                    ended = tail.ended
+                    frames = tail.after(cursor)
+                if frames is None:
+                    frames = await self.read_after(stream_id, cursor, FOLLOW_BATCH)
+                if frames:
+                    for frame in frames:
+                        yield frame
+                    cursor = frames[-1].seq
+                    continue
+                if ended or tail is None:
+                    return
+                if await tail.wait(keepalive) is False:
+                    yield None
+        finally:
+            if attached is not None:
+                attached.detach()

@@ -1,0 +1,77 @@
+"""``LiveTail``: the in-process side of a stream that is still being produced.
+
+It holds the most recent frames (a bounded cache, so a reader that keeps up never touches the
+storage and a slow one never grows memory: it falls back to the journal), wakes readers when a
+commit lands, and counts attached readers so the proxy can cancel a generation nobody reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .base import FrameRecord
+
+__all__ = ["LiveTail"]
+
+
+class LiveTail:
+    """Recent frames of one live stream and the notification that new ones were committed."""
+
+    __slots__ = ("_changed", "_frames", "ended", "last_seq", "on_readers", "readers", "stream_id")
+
+    def __init__(self, stream_id: str, *, max_frames: int = 256) -> None:
+        self.stream_id = stream_id
+        self._frames: deque[FrameRecord] = deque(maxlen=max(1, max_frames))
+        self._changed = asyncio.Event()
+        self.last_seq = 0
+        self.ended = False
+        self.readers = 0
+        # Called with the new reader count whenever a reader attaches or detaches.
+        self.on_readers: Callable[[int], None] | None = None
+
+    def publish(self, frames: Sequence[FrameRecord], *, ended: bool) -> None:
+        """Frames just committed (seqs continuing ``last_seq``); wake every waiting reader."""
+        if frames:
+            self._frames.extend(frames)
+            self.last_seq = frames[-1].seq
+        if ended:
+            self.ended = True
+        # A pulse: set() resolves every current waiter, clear() re-arms for the next commit.
+        self._changed.set()
+        self._changed.clear()
+
+    def after(self, seq: int) -> list[FrameRecord] | None:
+        """Cached frames with seq > ``seq``; ``None`` if some of them are older than the cache."""
+        if seq >= self.last_seq:
+            return []
+        frames = self._frames
+        if not frames or frames[0].seq > seq + 1:
+            return None
+        return list(islice(frames, max(0, seq + 1 - frames[0].seq), None))
+
+    async def wait(self, timeout: float | None) -> bool:
+        """Wait for the next commit; False if ``timeout`` seconds passed first."""
+        if timeout is None:
+            await self._changed.wait()
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def attach(self) -> None:
+        self.readers += 1
+        if self.on_readers is not None:
+            self.on_readers(self.readers)
+
+    def detach(self) -> None:
+        self.readers -= 1
+        if self.on_readers is not None:
+            self.on_readers(self.readers)

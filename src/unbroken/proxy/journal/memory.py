@@ -1,0 +1,74 @@
+"""``MemoryJournal``: the journal in a dict, for tests and ``--store memory://``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ...finish import END_STATES
+from .base import FrameRecord, Journal, StreamMeta, StreamRecord, StreamState
+
+__all__ = ["MemoryJournal"]
+
+
+@dataclass(slots=True)
+class _Stored:
+    meta: StreamMeta
+    state: StreamState
+    # frames[i] has seq i + 1: proxy seqs start at 1 and have no gaps.
+    frames: list[FrameRecord] = field(default_factory=list)
+
+
+class MemoryJournal(Journal):
+    """Everything in process memory; lost on restart."""
+
+    def __init__(self, *, tail_frames: int = 256) -> None:
+        super().__init__(tail_frames=tail_frames)
+        self._streams: dict[str, _Stored] = {}
+
+    async def _create(self, meta: StreamMeta, state: StreamState) -> None:
+        if meta.stream_id in self._streams:
+            raise KeyError(f"stream {meta.stream_id!r} exists")
+        self._streams[meta.stream_id] = _Stored(meta=meta, state=state)
+
+    async def _store(
+        self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
+    ) -> None:
+        stored = self._streams[stream_id]
+        expected = len(stored.frames) + 1
+        for offset, frame in enumerate(frames):
+            if frame.seq != expected + offset:
+                raise ValueError(f"stream {stream_id}: seq {frame.seq}, expected {expected}")
+        stored.frames.extend(frames)
+        stored.state = state
+
+    async def read_after(self, stream_id: str, seq: int, limit: int) -> list[FrameRecord]:
+        stored = self._streams.get(stream_id)
+        if stored is None:
+            return []
+        start = max(0, seq)
+        return stored.frames[start : start + limit]
+
+    async def get(self, stream_id: str) -> StreamRecord | None:
+        stored = self._streams.get(stream_id)
+        if stored is None:
+            return None
+        text = "".join(frame.text for frame in stored.frames)
+        return StreamRecord(meta=stored.meta, state=stored.state, text=text)
+
+    async def _purge(self, older_than: float, keep: frozenset[str]) -> int:
+        gone = [
+            stream_id
+            for stream_id, stored in self._streams.items()
+            if stored.state.updated < older_than and stream_id not in keep
+        ]
+        for stream_id in gone:
+            del self._streams[stream_id]
+        return len(gone)
+
+    async def unfinished(self) -> list[str]:
+        return [
+            stream_id
+            for stream_id, stored in self._streams.items()
+            if stored.state.status not in END_STATES
+        ]

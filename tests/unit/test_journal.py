@@ -1,0 +1,264 @@
+"""The journal interface, run against both implementations (memory and a real SQLite file)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from unbroken.finish import Status
+from unbroken.proxy.journal import (
+    FrameRecord,
+    Journal,
+    MemoryJournal,
+    SQLiteJournal,
+    StreamMeta,
+    StreamState,
+    journal_for,
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
+    store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'j.db'}"
+    opened = journal_for(store, tail_frames=4)
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def meta(stream_id: str = "s1", created: float = 100.0) -> StreamMeta:
+    return StreamMeta(
+        stream_id=stream_id,
+        dialect="openai-chat",
+        created=created,
+        media_type="text/event-stream",
+        token_hash="t" * 64,
+        credential_hash="c" * 64,
+        request_path="/v1/chat/completions",
+        response_headers=(("x-request-id", "req_1"), ("openai-version", "2020-10-01")),
+    )
+
+
+def streaming(last_seq: int, updated: float = 100.0) -> StreamState:
+    return StreamState(status=Status.STREAMING, updated=updated, last_seq=last_seq)
+
+
+def frames(first: int, last: int) -> list[FrameRecord]:
+    return [
+        FrameRecord(seq, "delta" if seq % 2 else None, f'{{"n":{seq}}}'.encode(), f"<{seq}>")
+        for seq in range(first, last + 1)
+    ]
+
+
+async def collect(journal: Journal, stream_id: str, after: int) -> list[FrameRecord | None]:
+    return [frame async for frame in journal.follow(stream_id, after)]
+
+
+@pytest.mark.anyio
+async def test_append_read_get(journal: Journal) -> None:
+    await journal.create(meta(), streaming(0))
+    await journal.append("s1", frames(1, 3), streaming(3, 101.0))
+    await journal.append("s1", frames(4, 5), streaming(5, 102.0))
+    assert await journal.read_after("s1", 0, 100) == frames(1, 5)
+    assert await journal.read_after("s1", 2, 2) == frames(3, 4)
+    assert await journal.read_after("s1", 5, 100) == []
+    assert await journal.read_after("unknown", 0, 100) == []
+    record = await journal.get("s1")
+    assert record is not None
+    assert record.meta == meta()
+    assert record.text == "<1><2><3><4><5>"
+    assert record.state == streaming(5, 102.0)
+    assert await journal.get("unknown") is None
+    assert await journal.unfinished() == ["s1"]
+
+
+@pytest.mark.anyio
+async def test_final_state_round_trips(journal: Journal) -> None:
+    await journal.create(meta(), streaming(0))
+    final = StreamState(
+        status=Status.TRUNCATED,
+        updated=150.5,
+        last_seq=2,
+        finish_reason="length",
+        raw_finish_reason="max_tokens",
+        usage={"input_tokens": 12, "output_tokens": 40},
+        error={"type": "x", "message": "y"},
+        upstream_requests=2,
+        provider_id="resp_1",
+    )
+    await journal.append("s1", frames(1, 2), final)
+    record = await journal.get("s1")
+    assert record is not None
+    assert record.state == final
+    assert record.summary() == {
+        "id": "s1",
+        "dialect": "openai-chat",
+        "status": "truncated",
+        "finish_reason": "length",
+        "raw_finish_reason": "max_tokens",
+        "text": "<1><2>",
+        "last_seq": 2,
+        "usage": {"input_tokens": 12, "output_tokens": 40},
+        "error": {"type": "x", "message": "y"},
+        "created": 100.0,
+        "updated": 150.5,
+        "upstream_requests": 2,
+        "provider_id": "resp_1",
+    }
+    assert await journal.unfinished() == []
+    assert journal.tail("s1") is None
+
+
+@pytest.mark.anyio
+async def test_duplicate_stream_or_seq_is_refused(journal: Journal) -> None:
+    await journal.create(meta(), streaming(0))
+    with pytest.raises((KeyError, sqlite3.IntegrityError)):
+        await journal.create(meta(), streaming(0))
+    await journal.append("s1", frames(1, 2), streaming(2))
+    with pytest.raises((ValueError, sqlite3.IntegrityError)):
+        await journal.append("s1", frames(2, 3), streaming(3))
+    assert await journal.read_after("s1", 0, 10) == frames(1, 2)
+
+
+@pytest.mark.anyio
+async def test_follow_serves_stored_then_live_then_ends(journal: Journal) -> None:
+    await journal.create(meta(), streaming(0))
+    await journal.append("s1", frames(1, 10), streaming(10))  # more than the tail cache holds
+    tail = journal.tail("s1")
+    assert tail is not None
+    reader = asyncio.create_task(collect(journal, "s1", 3))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert tail.readers == 1
+    for first in range(11, 30, 3):
+        await journal.append("s1", frames(first, first + 2), streaming(first + 2))
+        await asyncio.sleep(0)
+    ended = StreamState(status=Status.COMPLETED, updated=101.0, last_seq=33, finish_reason="stop")
+    await journal.append("s1", frames(32, 33), ended)
+    got = await asyncio.wait_for(reader, 10)
+    assert [f.seq for f in got if f is not None] == list(range(4, 34))
+    assert got == frames(4, 33)
+    assert tail.readers == 0
+    assert tail.ended
+    # A reader after the end gets the stored frames and stops.
+    assert await collect(journal, "s1", 30) == frames(31, 33)
+    assert await collect(journal, "s1", 33) == []
+
+
+@pytest.mark.anyio
+async def test_slow_reader_falls_back_to_storage(journal: Journal) -> None:
+    await journal.create(meta(), streaming(0))
+    follower = journal.follow("s1", 0)
+    reads: list[FrameRecord | None] = []
+    await journal.append("s1", frames(1, 2), streaming(2))
+    reads.append(await follower.__anext__())
+    # 20 frames arrive while the reader is stuck on frame 1; the tail keeps only 4 of them.
+    for seq in range(3, 23):
+        await journal.append("s1", frames(seq, seq), streaming(seq))
+    await journal.set_status("s1", StreamState(status=Status.COMPLETED, updated=1, last_seq=22))
+    reads += [frame async for frame in follower]
+    assert reads == frames(1, 22)
+
+
+@pytest.mark.anyio
+async def test_follow_yields_none_for_keepalive(journal: Journal) -> None:
+    await journal.create(meta(), streaming(0))
+    follower = journal.follow("s1", 0, keepalive=0.01)
+    assert await follower.__anext__() is None
+    await journal.append("s1", frames(1, 1), streaming(1))
+    assert await follower.__anext__() == frames(1, 1)[0]
+    await journal.set_status("s1", StreamState(status=Status.CANCELLED, updated=1, last_seq=1))
+    assert [frame async for frame in follower] == []
+
+
+@pytest.mark.anyio
+async def test_reader_count_callback(journal: Journal) -> None:
+    tail = await journal.create(meta(), streaming(0))
+    counts: list[int] = []
+    tail.on_readers = counts.append
+    follower = journal.follow("s1", 0, keepalive=0.01)
+    assert await follower.__anext__() is None
+    await follower.aclose()
+    assert counts == [1, 0]
+
+
+@pytest.mark.anyio
+async def test_expire_keeps_live_and_recent_streams(journal: Journal) -> None:
+    await journal.create(meta("old", 10.0), streaming(0, 10.0))
+    await journal.append("old", frames(1, 2), StreamState(status=Status.COMPLETED, updated=10.0))
+    await journal.create(meta("live", 10.0), streaming(0, 10.0))  # old but still produced here
+    await journal.create(meta("new", 10.0), streaming(0, 10.0))
+    await journal.set_status("new", StreamState(status=Status.COMPLETED, updated=500.0))
+    assert await journal.expire(100.0) == 1
+    assert await journal.get("old") is None
+    assert await journal.read_after("old", 0, 10) == []
+    assert await journal.get("live") is not None
+    assert await journal.get("new") is not None
+
+
+@pytest.mark.anyio
+async def test_sqlite_survives_reopen(tmp_path: Path) -> None:
+    path = str(tmp_path / "restart.db")
+    first = SQLiteJournal(path)
+    await first.open()
+    await first.create(meta(), streaming(0))
+    await first.append("s1", frames(1, 3), StreamState(status=Status.COMPLETED, updated=3.0,
+                                                        last_seq=3, finish_reason="stop"))
+    await first.close()
+    second = SQLiteJournal(path)
+    await second.open()
+    try:
+        record = await second.get("s1")
+        assert record is not None
+        assert (record.state.status, record.state.last_seq, record.text) == (
+            Status.COMPLETED, 3, "<1><2><3>"
+        )
+        assert await collect(second, "s1", 1) == frames(2, 3)
+    finally:
+        await second.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+    conn.close()
+
+
+@pytest.mark.anyio
+async def test_sqlite_group_commit_folds_concurrent_appends(tmp_path: Path) -> None:
+    journal = SQLiteJournal(str(tmp_path / "group.db"))
+    await journal.open()
+    try:
+        for n in range(20):
+            await journal.create(meta(f"s{n}"), streaming(0))
+        before = journal.commits
+        # 20 streams x 10 appends, all queued before the writer can drain them one by one.
+        for seq in range(1, 11):
+            await asyncio.gather(
+                *(journal.append(f"s{n}", frames(seq, seq), streaming(seq)) for n in range(20))
+            )
+        assert journal.commits - before < 200
+        for n in range(20):
+            assert await journal.read_after(f"s{n}", 0, 100) == frames(1, 10)
+    finally:
+        await journal.close()
+
+
+def test_journal_for_rejects_unknown_stores() -> None:
+    assert isinstance(journal_for("memory://"), MemoryJournal)
+    sqlite_journal = journal_for("sqlite:////tmp/x.db")
+    assert isinstance(sqlite_journal, SQLiteJournal)
+    assert sqlite_journal.path == "/tmp/x.db"
+    with pytest.raises(ValueError, match="unknown store 'redis://x'"):
+        journal_for("redis://x")
+    with pytest.raises(ValueError):
+        journal_for("sqlite:///")
