@@ -120,7 +120,8 @@ def tr(
 ) -> Outcome:
     """Run ``data`` under every chunking (plus any ``extra`` read lists); all must agree."""
     expected = run(make, [data], state, eof=eof)
-    runs = list(chunkings(data))[1:] + [(f"extra#{i}", list(reads)) for i, reads in enumerate(extra)]
+    runs = list(chunkings(data))[1:]
+    runs += [(f"extra#{i}", list(reads)) for i, reads in enumerate(extra)]
     for name, reads in runs:
         assert b"".join(reads) == data
         got = run(make, reads, state, eof=eof)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chunkings import sse_state, tr
 
+from chunkings import sse_state, tr
 from unbroken import SSEDecoder
 
 CASES: list[dict[str, Any]] = json.loads(
@@ -30,7 +30,8 @@ def case_input(case: dict[str, Any]) -> bytes:
         return base64.b64decode(case["input_b64"])
     if "input_repeat" in case:
         spec = case["input_repeat"]
-        return (spec["prefix"] + spec["unit"] * spec["count"] + spec["suffix"]).encode()
+        line: str = spec["prefix"] + spec["unit"] * spec["count"] + spec["suffix"]
+        return line.encode("utf-8")
     text: str = case["input"]
     return text.encode("utf-8")
 
