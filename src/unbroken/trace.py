@@ -29,6 +29,7 @@ Warnings are ``TraceWarning(code, detail, seq)``; the codes are:
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -43,7 +44,6 @@ from .events import (
     StreamEnd,
     TextDelta,
     ToolCallDelta,
-    UnknownEvent,
     Usage,
 )
 
@@ -134,23 +134,31 @@ class Trace:
             _new_record(FrameRecord, (seq, block_id, nbytes, t, events, outcome, raw))
         )
 
-    def render(self, *, raw_width: int = 48, delta_width: int = 40) -> str:
-        """Three columns (raw lines | parsed delta | committed position), verdict, warnings."""
+    def render(self, *, raw_width: int = 60, delta_width: int = 36, max_rows: int = 8) -> str:
+        """Three columns (raw lines | parsed delta | committed position), verdict, warnings.
+
+        Raw lines are wrapped to ``raw_width`` display cells (CJK counts two), at most
+        ``max_rows`` rows per frame; the delta is one row, clipped.
+        """
         lines = [
-            f"{'raw lines':<{raw_width}} | {'parsed delta':<{delta_width}} | committed position",
+            f"{_fit('raw lines', raw_width)} | {_fit('parsed delta', delta_width)} | "
+            "committed position",
             f"{'-' * raw_width}-+-{'-' * delta_width}-+-{'-' * 30}",
         ]
         offset = 0
         for frame in self.frames:
             offset += frame.nbytes
             position = f"seq {frame.seq} @{offset}B t={frame.t:.3f}s {frame.outcome}"
-            raw_lines = _raw_lines(frame)
-            delta = _clip(frame.delta, delta_width)
-            for i, raw_line in enumerate(raw_lines):
+            rows = [row for line in _raw_lines(frame) for row in _wrap(line, raw_width)]
+            if len(rows) > max_rows:
+                rows[max_rows - 1 :] = [f"… {len(rows) - max_rows + 1} more rows"]
+            delta = _fit(frame.delta, delta_width)
+            blank = " " * delta_width
+            for i, raw_row in enumerate(rows):
                 first = i == 0
                 row = (
-                    f"{_clip(raw_line, raw_width):<{raw_width}} | "
-                    f"{delta if first else '':<{delta_width}} | {position if first else ''}"
+                    f"{_fit(raw_row, raw_width)} | {delta if first else blank} | "
+                    f"{position if first else ''}"
                 )
                 lines.append(row.rstrip())
         if not self.enabled:
@@ -192,8 +200,34 @@ def _raw_lines(frame: FrameRecord) -> list[str]:
     return found or [repr(text)]
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _cells(char: str) -> int:
+    return 2 if unicodedata.east_asian_width(char) in "WF" else 1
+
+
+def _fit(text: str, width: int) -> str:
+    """Clip (with an ellipsis) or pad ``text`` to exactly ``width`` display cells."""
+    total = sum(map(_cells, text))
+    if total <= width:
+        return text + " " * (width - total)
+    used = i = 0
+    while used + _cells(text[i]) <= width - 1:  # stops inside the text: it is too wide
+        used += _cells(text[i])
+        i += 1
+    return text[:i] + "…" + " " * (width - 1 - used)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Split ``text`` into rows of at most ``width`` display cells."""
+    rows: list[str] = []
+    start = used = 0
+    for i, char in enumerate(text):
+        cells = _cells(char)
+        if used + cells > width:
+            rows.append(text[start:i])
+            start, used = i, 0
+        used += cells
+    rows.append(text[start:])
+    return rows
 
 
 def describe(event: Event) -> str:
@@ -221,9 +255,7 @@ def describe(event: Event) -> str:
         return " ".join(["start", *(part for part in (event.id, event.model) if part)])
     if isinstance(event, Ping):
         return "ping"
-    if isinstance(event, UnknownEvent):
-        return f"unknown {event.type}"
-    return repr(event)  # type: ignore[unreachable]
+    return f"unknown {event.type}"
 
 
 def _usage_counts(usage: Usage) -> str:

@@ -480,6 +480,7 @@ def test_message_start_keeps_the_first_id_and_model() -> None:
     message = Message()
     message.commit(1, [MessageStart(seq=1, id="a", model=None)])
     message.commit(2, [MessageStart(seq=2, id="b", model="m")])
+    message.commit(3, [MessageStart(seq=3, id="c", model="n")])
     assert (message.id, message.model) == ("a", "m")
 
 

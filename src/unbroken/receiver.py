@@ -1,0 +1,358 @@
+"""``StreamReceiver``: the sans-I/O pipeline bytes -> frames -> events -> ``Message``.
+
+The client, the proxy and ``parse()`` all feed bytes here and act on the ``Frame`` values that come
+back: the proxy journals and forwards ``frame.sse`` (its raw bytes), the client yields
+``frame.events`` and resets its idle timer on ``frame.is_content``.
+
+Per frame: the dialect parses the payload once, the frame gets its seq (the seq source is fixed by
+the first frame, design.md "Sequence numbers"), the dialect turns it into events, and the message
+commits them whole or not at all. A decoding error, an oversized event or a malformed payload ends
+the message ``failed`` with that error; frames completed before it are committed first. After
+that, or after EOF, the receiver takes no more data (``LocalProtocolError``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, NamedTuple
+
+from .dialects import detect_dialect, get_dialect
+from .errors import (
+    DecodingError,
+    EventTooLargeError,
+    LocalProtocolError,
+    PayloadError,
+    StreamError,
+)
+from .events import (
+    ErrorEvent,
+    Event,
+    Finish,
+    ReasoningDelta,
+    StreamEnd,
+    TextDelta,
+    ToolCallDelta,
+)
+from .framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
+from .message import Message
+from .trace import DEFAULT_RAW_BUDGET, ERROR
+
+__all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "Frame", "StreamReceiver"]
+
+DEFAULT_STALL_SECONDS = 10.0
+
+CONTENT_EVENTS: frozenset[type] = frozenset(
+    {TextDelta, ReasoningDelta, ToolCallDelta, Finish, ErrorEvent, StreamEnd}
+)
+"""Event kinds that move a message forward or end it. ``MessageStart``, ``Usage``, ``Ping`` and
+``UnknownEvent`` are not content: they prove the connection lives, not that output flows."""
+
+
+class Frame(NamedTuple):
+    """One frame as received: its seq, its events, and whether the message committed them.
+
+    ``sse`` is the decoder's frame (``ServerSentEvent`` or ``JSONLine``; its ``raw`` holds the
+    bytes on the wire). ``committed`` is False for a duplicate or a frame the state machine
+    rejected.
+    """
+
+    seq: int
+    block_id: str | None
+    nbytes: int
+    t: float
+    events: list[Event]
+    committed: bool
+    sse: ServerSentEvent | JSONLine
+
+    @property
+    def is_content(self) -> bool:
+        """True when the frame carries content or an end (see ``CONTENT_EVENTS``): what resets
+        an idle timer. Ping-only and start/usage-only frames are not content."""
+        return any(event.__class__ in CONTENT_EVENTS for event in self.events)
+
+
+# An unbroken proxy's event id: "<stream_id>:<n>".
+_PROXY_ID = re.compile(r"(?s)(.+):([0-9]+)")
+_WHITESPACE = b" \t\r\n"
+_new_frame = tuple.__new__  # bypasses NamedTuple's Python-level __new__ on the per-frame path
+
+SeqSourceName = Literal["proxy", "provider", "block_id", "position"]
+
+
+class StreamReceiver:
+    """Feed bytes with ``receive_data(data, t)`` and ``receive_eof(t)``; read ``message``.
+
+    ``dialect`` is a dialect name or ``"auto"`` (NDJSON/Ollama when the body starts with ``{``,
+    else SSE with the dialect told from the first frame). ``t`` is the receive time in seconds,
+    supplied by the caller: the receiver reads no clock. Two frames further apart than
+    ``stall_seconds`` leave a ``stall`` warning.
+    """
+
+    def __init__(
+        self,
+        dialect: str = "auto",
+        *,
+        trace: bool = True,
+        max_event_size: int = DEFAULT_MAX_EVENT_SIZE,
+        last_event_id: str = "",
+        stall_seconds: float = DEFAULT_STALL_SECONDS,
+        raw_budget: int = DEFAULT_RAW_BUDGET,
+        message: Message | None = None,
+    ) -> None:
+        self.dialect_name = dialect
+        self.dialect: Any = None if dialect == "auto" else get_dialect(dialect)
+        self.message = (
+            message if message is not None else Message(trace=trace, raw_budget=raw_budget)
+        )
+        self.stream_id: str | None = None
+        self.seq_source: SeqSourceName | None = None
+        self.finished = False
+        self._max_event_size = max_event_size
+        self._last_event_id = last_event_id
+        self._stall = stall_seconds
+        self._decoder: SSEDecoder | NDJSONDecoder | None = None
+        self._head = bytearray()  # leading whitespace while the body's shape is unknown
+        self._ndjson_tail: list[bytes] = []  # bytes after the last LF (NDJSON), for the evidence
+        self._frames_seen = 0
+        self._offset = 0  # bytes of the frames so far
+        self._last_seq = -1  # the last seq assigned
+        self._position = 0
+        self._last_t: float | None = None
+        if self.dialect is not None:
+            self._configure_message()
+            if dialect != "gemini":  # Gemini's body must be looked at first: JSON array or SSE
+                self._decoder = self._new_decoder(self.dialect.framing)
+
+    # -- input --------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, t: float = 0.0) -> list[Frame]:
+        if self.finished:
+            raise LocalProtocolError("receive_data() after the receiver finished")
+        decoder = self._decoder
+        if decoder is None:
+            decoder = self._sniff(data)
+            if decoder is None:
+                return []
+            data = bytes(self._head)
+            self._head = bytearray()
+        if decoder.__class__ is NDJSONDecoder:
+            self._keep_ndjson_tail(data)
+        try:
+            found: list[Any] = decoder.receive_data(data)
+        except (DecodingError, EventTooLargeError, PayloadError) as err:
+            frames = self._frames(err.events, t)
+            self._fail(err)
+            return frames
+        return self._frames(found, t) if found else []
+
+    def receive_eof(self, t: float = 0.0) -> list[Frame]:
+        """End of body: last frames, evidence about the tail, and the message closed."""
+        if self.finished:
+            raise LocalProtocolError("receive_eof() after the receiver finished")
+        decoder = self._decoder
+        if decoder is None:  # nothing but whitespace arrived
+            self.finished = True
+            self.message.close()
+            return []
+        try:
+            found: list[Any] = decoder.receive_eof()
+            tail = decoder.unterminated
+        except (DecodingError, PayloadError) as err:
+            # Only NDJSON raises here: its last line had no LF and does not parse, so the body
+            # was cut inside it. That is a missing end, not a malformed stream.
+            found = err.events
+            tail = b"".join(self._ndjson_tail).strip(_WHITESPACE)
+        frames = self._frames(found, t)
+        if not self.finished:
+            self._note_tail(tail)
+            self.finished = True
+            self.message.close()
+        return frames
+
+    def close(self, error: StreamError | None = None, *, cancelled: bool = False) -> None:
+        """End early: the transport broke (``error``) or the caller stopped (``cancelled``)."""
+        self.finished = True
+        self.message.close(error, cancelled=cancelled)
+
+    def reconnect(self, last_event_id: str | None = None) -> StreamReceiver:
+        """A receiver for the next connection of the same stream: same message (resumed if it
+        was interrupted), same dialect state and seq source, a fresh decoder."""
+        message = self.message
+        if message.closed:
+            message.resume()  # LocalProtocolError unless interrupted
+        other = StreamReceiver.__new__(StreamReceiver)
+        other.__dict__.update(self.__dict__)
+        other.finished = False
+        other._last_event_id = self._last_event_id if last_event_id is None else last_event_id
+        other._decoder = None
+        other._head = bytearray()
+        other._ndjson_tail = []
+        other._position = 0  # positions are only valid for a replay from the start
+        if other.dialect is not None and other.dialect_name != "gemini":
+            other._decoder = other._new_decoder(other.dialect.framing)
+        return other
+
+    # -- frames -------------------------------------------------------------------------------
+
+    def _frames(self, found: list[Any], t: float) -> list[Frame]:
+        frames: list[Frame] = []
+        if not found:
+            return frames
+        last_t = self._last_t
+        if last_t is not None and t - last_t > self._stall:
+            self.message.warn("stall", f"no frame for {t - last_t:.1f} s (from t={last_t:.3f})")
+        self._last_t = t
+        dialect = self.dialect
+        commit = self.message.commit
+        is_sse = self._decoder.__class__ is SSEDecoder
+        source = self.seq_source
+        append = frames.append
+        for sse in found:
+            self._frames_seen += 1
+            if dialect is None:
+                dialect = self._detect(sse, t)
+                if dialect is None:
+                    break
+            try:
+                payload = dialect.load(sse)
+            except PayloadError as err:
+                self._fail_frame(err, sse, t)
+                break
+            block_id = sse.block_id if is_sse else None
+            if source == "position":
+                self._position += 1
+                seq = self._position
+            elif source is None:
+                seq = self._first_seq(block_id, payload)
+                source = self.seq_source
+            else:
+                seq = self._seq(block_id, payload)
+            events = dialect.events(sse, payload, seq)
+            nbytes = sse.nbytes
+            committed = commit(seq, events, t, nbytes, block_id, sse.raw)
+            append(_new_frame(Frame, (seq, block_id, nbytes, t, events, committed, sse)))
+            self._offset += nbytes
+        return frames
+
+    def _first_seq(self, block_id: str | None, payload: Any) -> int:
+        """Fix the stream's seq source from its first frame, then number that frame."""
+        source: SeqSourceName
+        if block_id is not None and (match := _PROXY_ID.fullmatch(block_id)):
+            source = "proxy"
+            self.stream_id = match.group(1)
+        elif self.dialect.provider_seq(payload) is not None:
+            source = "provider"
+        elif block_id is not None and block_id.isdigit():
+            source = "block_id"
+        else:
+            source = "position"
+        self.seq_source = self.message.seq_source = source
+        if source == "position":
+            self._position += 1
+            return self._position
+        return self._seq(block_id, payload)
+
+    def _seq(self, block_id: str | None, payload: Any) -> int:
+        source = self.seq_source
+        seq: int | None = None
+        if source == "provider":
+            seq = self.dialect.provider_seq(payload)
+        elif block_id is not None:
+            if source == "proxy":
+                match = _PROXY_ID.fullmatch(block_id)
+                seq = int(match.group(2)) if match else None
+            elif block_id.isdigit():
+                seq = int(block_id)
+        if seq is None:
+            # A frame without its number in a numbered stream: it follows the one before.
+            seq = self._last_seq + 1
+        self._last_seq = seq
+        return seq
+
+    # -- the body's shape ---------------------------------------------------------------------
+
+    def _sniff(self, data: bytes) -> SSEDecoder | NDJSONDecoder | None:
+        """Look at the first non-whitespace byte: ``{`` is NDJSON, ``[`` a Gemini JSON array."""
+        head = self._head
+        head += data
+        first = next((b for b in head if b not in _WHITESPACE), None)
+        if first is None:
+            return None
+        if first == 0x5B:  # "["
+            self._fail(
+                PayloadError(
+                    "the body is a JSON array, not Server-Sent Events: Gemini streams as SSE "
+                    "only with ?alt=sse (streamGenerateContent without it returns one array)",
+                    line=1,
+                    offset=len(head) - len(head.lstrip(_WHITESPACE)),
+                )
+            )
+            return None
+        if self.dialect is None and first == 0x7B:  # "{"
+            self.dialect = get_dialect("ollama")
+            self._configure_message()
+        framing = self.dialect.framing if self.dialect is not None else "sse"
+        decoder = self._decoder = self._new_decoder(framing)
+        return decoder
+
+    def _detect(self, frame: Any, t: float) -> Any:
+        name = detect_dialect(frame)
+        if name is None:
+            self._fail_frame(
+                PayloadError("dialect 'auto': the first frame matches no known dialect"), frame, t
+            )
+            return None
+        self.dialect = get_dialect(name)
+        self._configure_message()
+        return self.dialect
+
+    def _new_decoder(self, framing: str) -> SSEDecoder | NDJSONDecoder:
+        if framing == "ndjson":
+            return NDJSONDecoder(max_event_size=self._max_event_size)
+        return SSEDecoder(max_event_size=self._max_event_size, last_event_id=self._last_event_id)
+
+    def _configure_message(self) -> None:
+        self.message.expect_end_marker = self.dialect.name not in _NO_END_MARKER
+
+    # -- endings ------------------------------------------------------------------------------
+
+    def _keep_ndjson_tail(self, data: bytes) -> None:
+        cut = data.rfind(b"\n")
+        if cut >= 0:
+            self._ndjson_tail = [data[cut + 1 :]]
+        else:
+            self._ndjson_tail.append(data)
+
+    def _note_tail(self, tail: bytes) -> None:
+        if not tail:
+            return
+        self.message.warn(
+            "unterminated_tail", f"{len(tail)} bytes after the last complete frame: {tail[:80]!r}"
+        )
+        try:
+            tail.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            if bad.end == len(tail) and bad.reason == "unexpected end of data":
+                self.message.warn(
+                    "truncated_utf8",
+                    f"the body ended inside a UTF-8 character ({len(tail) - bad.start} of its "
+                    "bytes arrived)",
+                )
+
+    def _fail_frame(self, err: PayloadError, frame: Any, t: float) -> None:
+        err.line = frame.line if isinstance(frame, JSONLine) else self._frames_seen
+        err.offset = self._offset
+        message = self.message
+        if message.trace.enabled:
+            message.trace.record(
+                -1, getattr(frame, "block_id", None), frame.nbytes, t, [], ERROR, frame.raw
+            )
+        self._fail(err)
+
+    def _fail(self, err: StreamError) -> None:
+        self.finished = True
+        self.message.close(err)
+
+
+# Dialects whose protocol has no end marker after the finish reason.
+_NO_END_MARKER = frozenset({"gemini", "openai-responses"})
