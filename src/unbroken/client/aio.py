@@ -1,0 +1,172 @@
+"""``unbroken.astream``: the async twin of ``unbroken.stream``, over ``httpx2.AsyncClient``.
+
+Deadlines are exact here: every read waits at most until the nearest deadline (anyio), so a
+connection that sends nothing, or only keep-alives, is cut on time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+
+from ..errors import StreamError
+from ..events import Event, TextDelta
+from ..message import Message
+from .capture import CaptureWriter
+from .policy import Deadlines, ResumeMode, Retry
+from .session import StreamSession
+from .sync import request_body
+from .transport import BODY_EXCERPT, as_stream_error, cut_body, httpx_timeout
+
+__all__ = ["AsyncStream", "astream"]
+
+
+class AsyncStream:
+    """One logical stream; ``async for event in s`` and ``s.iter_text()``."""
+
+    def __init__(
+        self, session: StreamSession, client: httpx2.AsyncClient, raise_on_error: bool
+    ) -> None:
+        self._session = session
+        self._client = client
+        self._raise = raise_on_error
+        self._events: AsyncIterator[Event] | None = None
+
+    @property
+    def message(self) -> Message:
+        return self._session.message
+
+    @property
+    def connections(self) -> int:
+        return self._session.connections
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        if self._events is None:
+            self._events = self._run()
+        return self._events
+
+    async def iter_text(self) -> AsyncIterator[str]:
+        async for event in self:
+            if event.__class__ is TextDelta:
+                yield event.text
+
+    async def aclose(self) -> None:
+        if self._events is not None:
+            await self._events.aclose()  # type: ignore[attr-defined]
+        if not self._session.done:
+            self._session.cancel()
+
+    async def _run(self) -> AsyncIterator[Event]:
+        session = self._session
+        while not session.done:
+            request = session.next_request(time.monotonic())
+            delay: float | None = None
+            try:
+                async with self._client.stream(
+                    request.method,
+                    request.url,
+                    headers=request.headers,
+                    content=request.content,
+                    timeout=httpx_timeout(session),
+                ) as response:
+                    excerpt = b"" if response.is_success else await _excerpt(response)
+                    session.on_response(response.status_code, response.headers, excerpt)
+                    chunks = response.aiter_raw()
+                    while True:
+                        left = session.time_left(time.monotonic())
+                        try:
+                            with anyio.fail_after(left):
+                                chunk = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            session.check_deadlines(time.monotonic() + 1e-3)
+                            raise
+                        for event in session.receive(chunk, time.monotonic()):
+                            yield event
+                        if session.receiver.finished:
+                            break
+                    for event in session.on_eof(time.monotonic()):
+                        yield event
+                if not session.done:
+                    raise cut_body()
+            except StreamError as err:
+                delay = session.on_failure(err, time.monotonic())
+            except httpx2.HTTPError as exc:
+                delay = session.on_failure(as_stream_error(exc, session), time.monotonic())
+            if delay is not None:
+                await anyio.sleep(delay)
+        session.finish(self._raise)
+
+
+async def _excerpt(response: httpx2.Response) -> bytes:
+    data = b""
+    async for chunk in response.aiter_raw():
+        data += chunk
+        if len(data) >= BODY_EXCERPT:
+            break
+    return data[:BODY_EXCERPT]
+
+
+@asynccontextmanager
+async def astream(
+    method: str,
+    url: str,
+    *,
+    dialect: str,
+    json: Any = None,
+    content: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx2.AsyncClient | None = None,
+    retry: Retry | None = None,
+    resume: ResumeMode = "auto",
+    connect_timeout: float | None = 10.0,
+    first_event_timeout: float | None = 60.0,
+    idle_timeout: float | None = 30.0,
+    total_timeout: float | None = None,
+    raise_on_error: bool = True,
+    capture: str | Path | None = None,
+    trace: bool = True,
+) -> AsyncIterator[AsyncStream]:
+    """The async twin of ``unbroken.stream``: ``async with astream(...) as s``."""
+    body, all_headers = request_body(json, content, headers)
+    writer = (
+        CaptureWriter(capture, method=method, url=url, dialect=dialect, started=time.time())
+        if capture is not None
+        else None
+    )
+    session = StreamSession(
+        method,
+        url,
+        dialect=dialect,
+        content=body,
+        headers=all_headers,
+        retry=retry or Retry(),
+        resume=resume,
+        deadlines=Deadlines(
+            connect=connect_timeout,
+            first_event=first_event_timeout,
+            idle=idle_timeout,
+            total=total_timeout,
+        ),
+        trace=trace,
+        started=time.monotonic(),
+        capture=writer,
+    )
+    owned = client is None
+    http = client if client is not None else httpx2.AsyncClient()
+    s = AsyncStream(session, http, raise_on_error)
+    try:
+        yield s
+    finally:
+        await s.aclose()
+        if writer is not None:
+            writer.close()
+        if owned:
+            await http.aclose()

@@ -1,0 +1,395 @@
+"""The decisions of one client stream, shared by the sync and async drivers.
+
+A driver is a small loop: ask ``next_request()``, send it, pass the status and headers to
+``on_response()``, every read to ``receive()``, the end of the body to ``on_eof()``, and any
+failure to ``on_failure()``, which answers with a delay before the next attempt or raises the
+final error. The session reads no clock and does no I/O: drivers pass ``now`` in.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..dialects import get_dialect
+from ..errors import (
+    ContentTypeError,
+    FirstEventTimeout,
+    IdleTimeout,
+    Interrupted,
+    ProviderError,
+    StreamError,
+    StreamTimeout,
+    TotalTimeout,
+    UpstreamStatusError,
+)
+from ..events import ErrorEvent, Event, MessageStart, ReasoningDelta, TextDelta, ToolCallDelta
+from ..finish import Status
+from ..framing import ServerSentEvent
+from ..message import Message
+from ..receiver import StreamReceiver
+from .capture import CaptureWriter, ConnectionKind
+from .policy import RESUME_MODES, Deadlines, ResumeMode, Retry, retry_after_seconds
+
+__all__ = ["LONGEST_SERVER_DELAY", "Request", "StreamSession"]
+
+# A server asking for a longer pause than this is not worth waiting for inside one call.
+LONGEST_SERVER_DELAY = 60.0
+_VISIBLE = frozenset({TextDelta, ReasoningDelta, ToolCallDelta})
+_MEDIA_TYPES = {"sse": ("text/event-stream",), "ndjson": ("application/x-ndjson",
+                                                         "application/json")}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    url: str
+    headers: dict[str, str]
+    content: bytes | None
+    kind: ConnectionKind
+
+
+class StreamSession:
+    def __init__(
+        self,
+        method: str,
+        url: str,
+        *,
+        dialect: str,
+        content: bytes | None,
+        headers: Mapping[str, str],
+        retry: Retry,
+        resume: ResumeMode,
+        deadlines: Deadlines,
+        trace: bool,
+        started: float,
+        capture: CaptureWriter | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if resume not in RESUME_MODES:
+            raise ValueError(f"resume must be one of {', '.join(RESUME_MODES)}, not {resume!r}")
+        if dialect != "auto":
+            get_dialect(dialect)  # ValueError naming the valid dialects
+        self.method = method.upper()
+        self.url = url
+        self.dialect = dialect
+        self.content = content
+        self.headers = dict(headers)
+        self.retry = retry
+        self.resume = resume
+        self.deadlines = deadlines
+        self.trace = trace
+        self.capture = capture
+        self.started = started
+        self.receiver = StreamReceiver(dialect, trace=trace)
+        self.connections = 0
+        self.failures = 0  # attempts in a row that made no progress
+        self.done = False
+        self._rng = rng or random.Random()
+        self._kind: ConnectionKind = "first"
+        self._attempt_started = started
+        self._connection_started = started
+        self._last_content: float | None = None
+        self._visible = False  # a content delta reached the caller: no more fresh attempts
+        self._server_delay: float | None = None
+        self._stream_id: str | None = None  # Unbroken-Stream-Id response header
+        self._background_id: str | None = None  # an OpenAI background response id
+        self._seq_at_connect = -1
+        self._reconnection_ms: int | None = None  # the server's SSE retry: hint
+        self._last_id = ""  # the SSE id of the last committed frame
+
+    @property
+    def message(self) -> Message:
+        return self.receiver.message
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def next_request(self, now: float) -> Request:
+        self.connections += 1
+        self._attempt_started = self._connection_started = now
+        self._seq_at_connect = self.message.last_seq
+        headers = dict(self.headers)
+        kind = self._kind
+        if kind == "resume":
+            if self._background_id is not None and self._resume_target() == "background":
+                return Request("GET", self._background_url(), _without_body_headers(headers),
+                               None, kind)
+            last_id = self._last_event_id()
+            if last_id:
+                headers["Last-Event-ID"] = last_id
+        return Request(self.method, self.url, headers, self.content, kind)
+
+    def socket_read_timeout(self) -> float | None:
+        """The longest a single read may block: the larger content deadline (sync driver).
+
+        Content deadlines are checked exactly after every read; a connection that sends no bytes
+        at all is cut by this socket deadline.
+        """
+        parts = [d for d in (self.deadlines.first_event, self.deadlines.idle) if d is not None]
+        timeout = max(parts) if parts else None
+        if self.deadlines.total is not None:
+            total = self.deadlines.total
+            timeout = total if timeout is None else min(timeout, total)
+        return timeout
+
+    def time_left(self, now: float) -> float | None:
+        """Seconds until the nearest deadline (async driver), or None when none applies."""
+        due = self._due(now)
+        return None if due is None else max(0.0, due[0] - now)
+
+    # -- responses ----------------------------------------------------------------------------
+
+    def on_response(self, status: int, headers: Mapping[str, str], body: bytes = b"") -> None:
+        """Check the status and media type; raise ``UpstreamStatusError`` for a non-2xx."""
+        if self.capture is not None:
+            self.capture.connection(self._kind, status, headers.items())
+        if not 200 <= status < 300:
+            self._server_delay = retry_after_seconds(headers.get("retry-after"))
+            raise UpstreamStatusError(
+                status, body.decode("utf-8", "replace"), retry_after=self._server_delay
+            )
+        stream_id = headers.get("unbroken-stream-id")
+        if stream_id:
+            self._stream_id = stream_id
+        media = headers.get("content-type", "").split(";")[0].strip().lower()
+        framing = self._framing()
+        expected = _MEDIA_TYPES.get(framing, ()) if framing else (*_MEDIA_TYPES["sse"],
+                                                                 *_MEDIA_TYPES["ndjson"])
+        if media not in expected:
+            raise ContentTypeError(media, " or ".join(expected))
+        if self._kind == "resume":
+            self.receiver = self.receiver.reconnect()
+
+    def receive(self, data: bytes, now: float) -> list[Event]:
+        """Bytes of the body in, newly committed events out; raises a passed deadline."""
+        if self.capture is not None:
+            self.capture.read(now - self.started, data)
+        out: list[Event] = []
+        for frame in self.receiver.receive_data(data, now - self.started):
+            if frame.is_content:
+                self._last_content = now
+            if not frame.committed:
+                continue
+            sse = frame.sse
+            if sse.__class__ is ServerSentEvent:
+                self._last_id = sse.id
+                if sse.retry is not None:
+                    self._reconnection_ms = sse.retry
+            for event in frame.events:
+                cls = event.__class__
+                if cls in _VISIBLE:
+                    self._visible = True
+                elif cls is MessageStart:
+                    self._note_response_id(event)  # type: ignore[arg-type]
+                elif cls is ErrorEvent and not self._visible and event.retryable:  # type: ignore[union-attr]
+                    # Nothing shown yet: a fresh attempt may still succeed (overloaded, rate limit).
+                    raise ProviderError(event)  # type: ignore[arg-type]
+                out.append(event)
+        if not self.receiver.finished:
+            self.check_deadlines(now)
+        return out
+
+    def overdue(self) -> StreamTimeout | None:
+        """The deadline that applies now, passed or not (to name a socket timeout)."""
+        due = self._due(0.0)
+        return None if due is None else due[1]
+
+    def check_deadlines(self, now: float) -> None:
+        due = self._due(now)
+        if due is not None and now >= due[0]:
+            raise due[1]
+
+    def on_eof(self, now: float) -> list[Event]:
+        """The body ended. Returns the last events; ``done`` tells whether the stream is over."""
+        out: list[Event] = []
+        if not self.receiver.finished:
+            for frame in self.receiver.receive_eof(now - self.started):
+                if frame.committed:
+                    out.extend(frame.events)
+        if self.message.status is not Status.INTERRUPTED:
+            self.done = True
+        # Interrupted: not done; the driver reports the cut body to on_failure(), which decides
+        # between a resume, a fresh attempt and giving up, as for a broken connection.
+        return out
+
+    # -- failures -----------------------------------------------------------------------------
+
+    def on_failure(self, error: StreamError, now: float) -> float | None:
+        """Decide what follows a failed attempt: a delay before the next one, or None to stop
+        (the message is then closed with ``error``; ``finish()`` raises)."""
+        message = self.message
+        # Progress is content shown on this connection; frames of a failed fresh attempt are not.
+        progressed = self._visible and message.last_seq > self._seq_at_connect
+        self.failures = 0 if progressed else self.failures + 1
+        if message.finish is not None or not _retryable(error) or not self._can_continue():
+            self._give_up(error)
+            return None
+        if self._visible:
+            self._kind = "resume"
+        else:
+            self._kind = "retry"
+            self.receiver = StreamReceiver(self.dialect, trace=self.trace)
+        server = self._server_delay
+        self._server_delay = None
+        if server is None and self._reconnection_ms is not None:
+            server = self._reconnection_ms / 1000
+        delay = self.retry.delay(max(self.failures, 1), server_says=server, rng=self._rng)
+        if delay > LONGEST_SERVER_DELAY or (
+            self.deadlines.total is not None
+            and now + delay - self.started >= self.deadlines.total
+        ):
+            self._give_up(error)
+            return None
+        return delay
+
+    def finish(self, raise_on_error: bool) -> None:
+        """The stream is over: close the message, and raise for interrupted / failed."""
+        message = self.message
+        if not message.closed:
+            self.receiver.close()
+        self.done = True
+        if self.capture is not None:
+            error = message.error
+            self.capture.end(str(error) if error is not None else None)
+        if not raise_on_error:
+            return
+        cause = message.error
+        if isinstance(cause, StreamTimeout | UpstreamStatusError | ContentTypeError):
+            cause.message = message
+            raise cause
+        if message.status is Status.INTERRUPTED:
+            err = Interrupted(
+                "the stream ended without a finish reason"
+                + (f" ({cause})" if cause is not None else "")
+                + f"; {len(message.text)} characters of partial text kept",
+                message=message,
+            )
+            raise err from cause
+        if message.status is Status.FAILED:
+            failure = message.error or StreamError("the stream failed")
+            failure.message = message
+            raise failure
+
+    def cancel(self) -> None:
+        if not self.message.closed:
+            self.receiver.close(cancelled=True)
+        self.done = True
+        if self.capture is not None:
+            self.capture.end("cancelled by the caller")
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _give_up(self, error: StreamError) -> None:
+        if not self.message.closed:
+            self.receiver.close(error)
+        elif self.message.error is None and self.message.finish is None:
+            self.message.error = error
+        self.done = True
+        return None
+
+    def _can_continue(self) -> bool:
+        if self.failures >= self.retry.attempts:
+            return False
+        if not self._visible:
+            return True  # nothing shown yet: a fresh attempt duplicates nothing
+        return self._resume_target() is not None
+
+    def _resume_target(self) -> str | None:
+        """How this stream can be resumed, or None: never replay a generation after a delta."""
+        mode = self.resume
+        if mode == "none":
+            return None
+        if mode in ("auto", "openai-background") and self._background_id is not None:
+            return "background"
+        if mode == "openai-background":
+            return None
+        if mode == "sse":
+            return "sse" if self._last_event_id() else None
+        # auto: only a verified identity
+        if self._stream_id is not None or self.receiver.stream_id is not None:
+            return "sse" if self._last_event_id() else None
+        return None
+
+    def _last_event_id(self) -> str:
+        """The id of the last committed frame: where a resume must continue from."""
+        receiver = self.receiver
+        if receiver.stream_id is not None and self.message.last_seq >= 0:
+            return f"{receiver.stream_id}:{self.message.last_seq}"
+        if receiver.seq_source == "block_id" and self.message.last_seq >= 0:
+            return str(self.message.last_seq)
+        return self._last_id
+
+    def _note_response_id(self, event: MessageStart) -> None:
+        if not event.id or self.receiver.dialect_name not in ("openai-responses", "auto"):
+            return
+        if _is_background(self.content):
+            self._background_id = event.id
+
+    def _background_url(self) -> str:
+        parts = urlsplit(self.url)
+        path = parts.path.rstrip("/") + f"/{self._background_id}"
+        query = f"stream=true&starting_after={self.message.last_seq}"
+        return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
+
+    def _framing(self) -> str | None:
+        dialect = self.receiver.dialect
+        return None if dialect is None else str(dialect.framing)
+
+    def _due(self, now: float) -> tuple[float, StreamTimeout] | None:
+        d = self.deadlines
+        candidates: list[tuple[float, StreamTimeout]] = []
+        if d.total is not None:
+            candidates.append(
+                (self.started + d.total, TotalTimeout(f"the stream took over {d.total} s",
+                                                      seconds=d.total))
+            )
+        if self._last_content is None:
+            if d.first_event is not None:
+                candidates.append(
+                    (
+                        self._attempt_started + d.first_event,
+                        FirstEventTimeout(
+                            f"no content event within {d.first_event} s", seconds=d.first_event
+                        ),
+                    )
+                )
+        elif d.idle is not None:
+            since = max(self._last_content, self._connection_started)
+            candidates.append(
+                (since + d.idle, IdleTimeout(f"no content for {d.idle} s", seconds=d.idle))
+            )
+        return min(candidates, key=lambda c: c[0]) if candidates else None
+
+
+def _retryable(error: StreamError) -> bool:
+    if isinstance(error, UpstreamStatusError):
+        return error.retryable
+    if isinstance(error, ProviderError):
+        return error.retryable
+    if isinstance(error, ContentTypeError):
+        return False
+    if isinstance(error, TotalTimeout):
+        return False
+    return isinstance(error, StreamTimeout) or type(error).__name__ == "TransportError"
+
+
+def _is_background(content: bytes | None) -> bool:
+    return content is not None and b'"background"' in content and _json_flag(content)
+
+
+def _json_flag(content: bytes) -> bool:
+    from ..jsonparse import loads
+
+    try:
+        body: Any = loads(content)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("background") is True
+
+
+def _without_body_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in ("content-type", "content-length")}
+

@@ -1,0 +1,181 @@
+"""``unbroken.stream``: a blocking client over ``httpx2.Client``."""
+
+from __future__ import annotations
+
+import json as jsonlib
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from ..errors import StreamError
+from ..events import Event, TextDelta
+from ..message import Message
+from .capture import CaptureWriter
+from .policy import Deadlines, ResumeMode, Retry
+from .session import StreamSession
+from .transport import BODY_EXCERPT, as_stream_error, cut_body, httpx_timeout
+
+__all__ = ["Stream", "request_body", "stream"]
+
+
+class Stream:
+    """One logical stream, across however many connections it takes.
+
+    Iterate it for normalized events (each frame at most once), or ``iter_text()`` for text
+    deltas. ``message`` is the ``Message``; it is closed when the ``with`` block ends.
+    """
+
+    def __init__(self, session: StreamSession, client: httpx2.Client, raise_on_error: bool):
+        self._session = session
+        self._client = client
+        self._raise = raise_on_error
+        self._events: Iterator[Event] | None = None
+
+    @property
+    def message(self) -> Message:
+        return self._session.message
+
+    @property
+    def connections(self) -> int:
+        """Connections made so far: the first, retries and resumes."""
+        return self._session.connections
+
+    def __iter__(self) -> Iterator[Event]:
+        if self._events is None:
+            self._events = self._run()
+        return self._events
+
+    def iter_text(self) -> Iterator[str]:
+        for event in self:
+            if event.__class__ is TextDelta:
+                yield event.text
+
+    def close(self) -> None:
+        """Stop reading; a message not yet ended is ``cancelled``."""
+        if self._events is not None:
+            self._events.close()  # type: ignore[attr-defined]
+        if not self._session.done:
+            self._session.cancel()
+
+    def _run(self) -> Iterator[Event]:
+        session = self._session
+        while not session.done:
+            request = session.next_request(time.monotonic())
+            delay: float | None = None
+            try:
+                with self._client.stream(
+                    request.method,
+                    request.url,
+                    headers=request.headers,
+                    content=request.content,
+                    timeout=httpx_timeout(session),
+                ) as response:
+                    excerpt = b"" if response.is_success else _excerpt(response)
+                    session.on_response(response.status_code, response.headers, excerpt)
+                    for chunk in response.iter_raw():
+                        yield from session.receive(chunk, time.monotonic())
+                        if session.receiver.finished:
+                            break
+                    yield from session.on_eof(time.monotonic())
+                if not session.done:
+                    raise cut_body()
+            except StreamError as err:
+                delay = session.on_failure(err, time.monotonic())
+            except httpx2.HTTPError as exc:
+                delay = session.on_failure(as_stream_error(exc, session), time.monotonic())
+            if delay is not None:
+                time.sleep(delay)
+        session.finish(self._raise)
+
+
+def _excerpt(response: httpx2.Response) -> bytes:
+    data = b""
+    for chunk in response.iter_raw():
+        data += chunk
+        if len(data) >= BODY_EXCERPT:
+            break
+    return data[:BODY_EXCERPT]
+
+
+@contextmanager
+def stream(
+    method: str,
+    url: str,
+    *,
+    dialect: str,
+    json: Any = None,
+    content: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    client: httpx2.Client | None = None,
+    retry: Retry | None = None,
+    resume: ResumeMode = "auto",
+    connect_timeout: float | None = 10.0,
+    first_event_timeout: float | None = 60.0,
+    idle_timeout: float | None = 30.0,
+    total_timeout: float | None = None,
+    raise_on_error: bool = True,
+    capture: str | Path | None = None,
+    trace: bool = True,
+) -> Iterator[Stream]:
+    """Stream one LLM response with deadlines, safe retries and verified resumes.
+
+    ``for event in s`` yields normalized events; the loop ends normally for completed,
+    truncated and filtered messages and raises ``Interrupted`` / ``ProviderError`` (or the
+    ``StreamTimeout``, ``UpstreamStatusError``, protocol error that ended it) otherwise, unless
+    ``raise_on_error=False``. Leaving the block early ends the message ``cancelled``.
+    """
+    body, all_headers = request_body(json, content, headers)
+    started = time.monotonic()
+    writer = (
+        CaptureWriter(capture, method=method, url=url, dialect=dialect, started=time.time())
+        if capture is not None
+        else None
+    )
+    session = StreamSession(
+        method,
+        url,
+        dialect=dialect,
+        content=body,
+        headers=all_headers,
+        retry=retry or Retry(),
+        resume=resume,
+        deadlines=Deadlines(
+            connect=connect_timeout,
+            first_event=first_event_timeout,
+            idle=idle_timeout,
+            total=total_timeout,
+        ),
+        trace=trace,
+        started=started,
+        capture=writer,
+    )
+    owned = client is None
+    http = client if client is not None else httpx2.Client()
+    s = Stream(session, http, raise_on_error)
+    try:
+        yield s
+    finally:
+        s.close()
+        if writer is not None:
+            writer.close()
+        if owned:
+            http.close()
+
+
+def request_body(
+    json: Any, content: bytes | None, headers: Mapping[str, str] | None
+) -> tuple[bytes | None, dict[str, str]]:
+    """The body bytes and headers of every attempt (the same bytes each time)."""
+    if json is not None and content is not None:
+        raise ValueError("pass json= or content=, not both")
+    all_headers = {k.lower(): v for k, v in (headers or {}).items()}
+    # Frames must be parseable as they arrive: no compressed bodies.
+    all_headers.setdefault("accept-encoding", "identity")
+    if json is None:
+        return content, all_headers
+    all_headers.setdefault("content-type", "application/json")
+    return jsonlib.dumps(json, ensure_ascii=False).encode("utf-8"), all_headers
