@@ -134,10 +134,14 @@ class DialectBase:
         """A frame the Message will drop: parse it for the trace, then put the state back."""
         saved = [copy.copy(getattr(self, attr)) for attr in self._state]
         try:
+            self._rewind(seq)
             return self._events(frame, payload, seq)
         finally:
             for attr, value in zip(self._state, saved, strict=True):
                 setattr(self, attr, value)
+
+    def _rewind(self, seq: int) -> None:
+        """Before a replayed frame: put back what the state was when ``seq`` first came."""
 
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         raise TypeError(f"{type(self).__name__} does not implement _events")

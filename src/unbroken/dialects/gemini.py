@@ -104,6 +104,7 @@ class GeminiDialect(SSEDialect):
     def __init__(self) -> None:
         super().__init__()
         self._calls = 0  # function calls so far: the index of the next one
+        self._first_call: dict[int, int] = {}  # seq -> index of that frame's first call
         # Top-level fields are not exclusive: one chunk may hold candidates, usage and feedback.
         self._fields: dict[str, FieldHandler] = {
             key: getattr(self, "_" + value) for key, value in EVENT_TYPES.items() if "/" not in key
@@ -121,6 +122,10 @@ class GeminiDialect(SSEDialect):
                 "alt=sse?); stream with ?alt=sse to get one response object per event"
             )
         return super()._not_an_object(payload)
+
+    def _rewind(self, seq: int) -> None:
+        # a replayed frame numbers its calls as it did the first time
+        self._calls = self._first_call.get(seq, self._calls)
 
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         if payload is DONE:  # not Gemini's, but some relays add it
@@ -217,6 +222,7 @@ class GeminiDialect(SSEDialect):
 
     def _part_function_call(self, payload: Any, part: Any, seq: int) -> list[Event]:
         call = part["functionCall"] or {}
+        self._first_call.setdefault(seq, self._calls)
         if "partialArgs" in call or call.get("willContinue"):
             # Vertex's streamed arguments: fragments by JSON path, not text; kept as they are
             self._calls += "name" in call

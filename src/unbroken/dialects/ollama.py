@@ -68,6 +68,7 @@ class OllamaDialect(DialectBase):
     def __init__(self) -> None:
         super().__init__()
         self._calls = 0  # tool calls so far: the index of the next one
+        self._first_call: dict[int, int] = {}  # seq -> index of that frame's first call
         # Line fields are not exclusive ("done" comes with the last text); table order is the
         # order of the events in a frame, so the end comes last.
         self._fields = {
@@ -86,6 +87,10 @@ class OllamaDialect(DialectBase):
         if type(value) is not dict:
             raise PayloadError(f"ollama: line is JSON {type(value).__name__}, expected an object")
         return value
+
+    def _rewind(self, seq: int) -> None:
+        # a replayed frame numbers its calls as it did the first time
+        self._calls = self._first_call.get(seq, self._calls)
 
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         if payload.get("error"):
@@ -135,6 +140,7 @@ class OllamaDialect(DialectBase):
         return []
 
     def _part_tool_calls(self, payload: Any, calls: Any, seq: int) -> list[Event]:
+        self._first_call.setdefault(seq, self._calls)
         out: list[Event] = []
         for call in calls:
             function = call.get("function") or {}
