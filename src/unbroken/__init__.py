@@ -41,10 +41,43 @@ from .events import (
 )
 from .finish import FinishReason, Status
 from .framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder, Utf8Decoder
+from .message import Message, ToolCall
+from .parsing import parse
+from .receiver import Frame, StreamReceiver
+from .trace import Trace
+
+# The I/O layers need httpx2 (extra ``client``); they load on first use so that importing
+# ``unbroken`` stays standard-library only.
+_LAZY = {
+    "AsyncStream": "unbroken.client",
+    "Deadlines": "unbroken.client",
+    "Retry": "unbroken.client",
+    "Stream": "unbroken.client",
+    "astream": "unbroken.client",
+    "stream": "unbroken.client",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'unbroken' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
+    "AsyncStream",
     "ConnectTimeout",
     "ContentTypeError",
+    "Deadlines",
     "DecodingError",
     "ErrorEvent",
     "Event",
@@ -52,10 +85,12 @@ __all__ = [
     "Finish",
     "FinishReason",
     "FirstEventTimeout",
+    "Frame",
     "IdleTimeout",
     "Interrupted",
     "JSONLine",
     "LocalProtocolError",
+    "Message",
     "MessageStart",
     "NDJSONDecoder",
     "PayloadError",
@@ -63,16 +98,21 @@ __all__ = [
     "ProtocolError",
     "ProviderError",
     "ReasoningDelta",
+    "Retry",
     "SSEDecoder",
     "SequenceError",
     "ServerSentEvent",
     "Status",
+    "Stream",
     "StreamEnd",
     "StreamError",
+    "StreamReceiver",
     "StreamTimeout",
     "TextDelta",
+    "ToolCall",
     "ToolCallDelta",
     "TotalTimeout",
+    "Trace",
     "TransportError",
     "TruncatedError",
     "UnknownEvent",
@@ -80,4 +120,7 @@ __all__ = [
     "Usage",
     "Utf8Decoder",
     "__version__",
+    "astream",
+    "parse",
+    "stream",
 ]
