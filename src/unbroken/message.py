@@ -176,13 +176,14 @@ class Message:
         for event in events:
             target = moves.get(event.__class__)
             if target is None:
-                self._reject(seq, event, phase)
-                if trace.enabled:
-                    trace.record(seq, block_id, nbytes, t, events, REJECTED, raw)
-                return False
+                return self._reject(
+                    seq, type(event).__name__, phase, events, t, nbytes, block_id, raw
+                )
             if target is not phase:
                 phase = target
                 moves = MOVES[target]
+        if not events and phase in TERMINAL:  # even an empty frame may not follow the close
+            return self._reject(seq, "empty frame", phase, events, t, nbytes, block_id, raw)
         seen = self._seen_seq
         if seq > seen + 1 and seen >= 0 and self.seq_source in CONTIGUOUS_SOURCES:
             self.gaps.append((seen, seq))
@@ -274,8 +275,17 @@ class Message:
     def _warn(self, code: str, detail: str, seq: int | None = None) -> None:
         self.warnings.append(TraceWarning(code=code, detail=detail, seq=seq))
 
-    def _reject(self, seq: int, event: Event, phase: Phase) -> None:
-        kind = type(event).__name__
+    def _reject(
+        self,
+        seq: int,
+        kind: str,
+        phase: Phase,
+        events: Sequence[Event],
+        t: float,
+        nbytes: int,
+        block_id: str | None,
+        raw: bytes | None,
+    ) -> bool:
         state = self.status.value if phase in TERMINAL else phase.value
         problem = SequenceError(
             f"{kind} not allowed when the message is {state}; frame {seq} not applied",
@@ -286,6 +296,9 @@ class Message:
         self.sequence_errors.append(problem)
         self._seen_seq = max(self._seen_seq, seq)
         self._warn("sequence_error", str(problem), seq)
+        if self.trace.enabled:
+            self.trace.record(seq, block_id, nbytes, t, events, REJECTED, raw)
+        return False
 
     def _reasoning_delta(self, event: ReasoningDelta) -> None:
         if event.text:

@@ -516,3 +516,11 @@ def test_without_trace_the_message_still_works() -> None:
     assert message.trace.frames == []
     assert (message.text, message.duplicates, len(message.sequence_errors)) == ("x", 1, 1)
     assert message.trace.warnings is message.warnings
+
+
+def test_not_even_an_empty_frame_commits_after_the_close() -> None:
+    message = Message()
+    message.close()
+    assert message.commit(5, []) is False
+    assert message.last_seq == -1
+    assert message.sequence_errors[0].kind == "empty frame"
