@@ -74,11 +74,14 @@ def _stream(delivery: Delivery, dialect: Dialect) -> Response:
     return FrameStreamResponse(delivery, media_type=dialect.media_type, headers=headers)
 
 
-def _check_connection_faults(scenario: Scenario, dialect: Dialect, total: int) -> None:
+def _check_dialect(scenario: Scenario, dialect: Dialect) -> None:
     if scenario.finish not in dialect.finishes:
         raise ScenarioError("finish", f"{dialect.name} cannot express {scenario.finish}")
     if scenario.sse_ids and dialect.framing is Framing.NDJSON:
         raise ScenarioError("sse_ids", f"{dialect.name} is not an SSE stream")
+
+
+def _check_connection_faults(scenario: Scenario, total: int) -> None:
     for key in ("drop_after", "stall_after"):
         number = getattr(scenario, key)
         if number is not None and number > total:
@@ -137,10 +140,14 @@ class MockApp:
         text = request.headers.get(SCENARIO_HEADER) or request.query_params.get("mock") or ""
         try:
             scenario = parse_scenario(text)
+            _check_dialect(scenario, dialect)
             raw, body = await _read_body(request)
             stream = body.get("stream") is True if stream is None else stream
             background = dialect is OPENAI_RESPONSES and body.get("background") is True
-            ident = hashlib.sha256(f"{path}\n{text}\n".encode() + raw).hexdigest()[:24]
+            # Ids follow the request and the reply, not the faults: a faulty stream and a clean
+            # one of the same request differ only where the faults are.
+            reply = f"{path}\n{scenario.seed}\n{scenario.tokens}\n{scenario.finish}\n"
+            ident = hashlib.sha256(reply.encode() + raw).hexdigest()[:24]
             if background:
                 ident = f"bg{len(self.state.background) + 1}{ident}"[:24]
             options = body.get("stream_options")
@@ -153,7 +160,7 @@ class MockApp:
                 background=background,
             )
             frames = tuple(apply_data_faults(dialect.stream_frames(plan), dialect, scenario))
-            _check_connection_faults(scenario, dialect, len(frames))
+            _check_connection_faults(scenario, len(frames))
             resume_after = _last_event_id(request) if scenario.sse_ids and stream else None
         except (ScenarioError, BadRequest) as error:
             return _error(dialect, 400, str(error))

@@ -154,9 +154,9 @@ class FrameStreamResponse(Response):
     def __init__(self, delivery: Delivery, *, media_type: str, headers: dict[str, str]) -> None:
         self.delivery = delivery
         self.status_code = 200
-        self.media_type = media_type
         self.background = None
-        self.init_headers(headers)
+        # Given as a header so that Starlette does not append a charset the provider never sent.
+        self.init_headers({**headers, "content-type": media_type})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
@@ -184,16 +184,16 @@ async def _body(send: Send, data: bytes) -> None:
 
 
 async def _stall(delivery: Delivery, send: Send) -> None:
+    remaining_ms = round(delivery.stall_s * 1000)
     if not (delivery.pings and delivery.keepalive):
-        await anyio.sleep(delivery.stall_s)
+        await anyio.sleep(remaining_ms / 1000)
         return
-    remaining = delivery.stall_s
-    interval = delivery.ping_ms / 1000
-    while remaining > 0:
-        step = min(interval, remaining)
-        await anyio.sleep(step)
-        remaining -= step
-        if remaining > 0:
+    # Whole milliseconds keep the number of keep-alives exact: ceil(stall / ping) - 1.
+    while remaining_ms > 0:
+        step_ms = min(delivery.ping_ms, remaining_ms)
+        await anyio.sleep(step_ms / 1000)
+        remaining_ms -= step_ms
+        if remaining_ms > 0:
             await _body(send, delivery.keepalive)
 
 
