@@ -1,0 +1,1 @@
+"""``unbroken <command>``: demo, capture, inspect, replay, mock, proxy (one module per command)."""

@@ -1,0 +1,123 @@
+"""``unbroken inspect cap.jsonl``: why did the stream stop at half a sentence?
+
+Three columns per frame — raw lines | parsed delta | committed position (seq, bytes, time) —
+then the verdict: final status, finish reason (normalized and raw) and the warnings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..client.capture import Capture, read_capture, replay_capture
+from ..errors import PayloadError, StreamError
+from ..message import Message
+from ..trace import FrameRecord
+from .errors import EXIT_INPUT, EXIT_OK, CLIError
+from .output import console
+
+__all__ = ["add_parser", "load_capture", "run"]
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("inspect", help="show a capture frame by frame, with the verdict")
+    parser.add_argument("capture", help="a capture file (unbroken capture -o ...)")
+    parser.add_argument("--dialect", help="override the capture's dialect")
+    parser.add_argument("--limit", type=int, default=200, help="frames to show (default 200)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run)
+
+
+def load_capture(path: str) -> Capture:
+    if not Path(path).is_file():
+        raise CLIError(f"cannot read capture {path}: no such file", EXIT_INPUT)
+    try:
+        return read_capture(path)
+    except PayloadError as err:
+        raise CLIError(f"unreadable capture: {err}", EXIT_INPUT) from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise CLIError(f"cannot read capture {path}: {err}", EXIT_INPUT) from err
+
+
+def replayed(capture: Capture, dialect: str | None) -> Message:
+    try:
+        return replay_capture(capture, dialect=dialect)
+    except ValueError as err:  # an unknown dialect name
+        raise CLIError(str(err), EXIT_INPUT) from err
+    except StreamError as err:
+        raise CLIError(f"cannot replay capture: {err}", EXIT_INPUT) from err
+
+
+def _position(frame: FrameRecord) -> str:
+    return f"seq {frame.seq}\n{frame.nbytes} B\nt={frame.t:.3f}s\n{frame.outcome}"
+
+
+def _raw(frame: FrameRecord) -> str:
+    if frame.raw is None:
+        return "(raw bytes over the trace budget)"
+    return frame.raw.decode("utf-8", "replace").rstrip("\r\n")
+
+
+def verdict(message: Message) -> dict[str, Any]:
+    return {
+        "status": message.status.value,
+        "finish_reason": message.finish_reason.value if message.finish_reason else None,
+        "raw_finish_reason": message.raw_finish_reason,
+        "text": message.text,
+        "last_seq": message.last_seq,
+        "error": None if message.error is None else f"{type(message.error).__name__}: "
+        f"{message.error}",
+        "warnings": [{"code": w.code, "detail": w.detail, "seq": w.seq}
+                     for w in message.trace.warnings],
+    }
+
+
+def run(arguments: argparse.Namespace) -> int:
+    capture = load_capture(arguments.capture)
+    message = replayed(capture, arguments.dialect)
+    frames = message.trace.frames
+    if arguments.json:
+        print(json.dumps({
+            "capture": {"method": capture.method, "url": capture.url, "dialect": capture.dialect,
+                        "connections": len(capture.connections), "end": capture.end,
+                        "error": capture.error},
+            "frames": [{"seq": f.seq, "block_id": f.block_id, "nbytes": f.nbytes, "t": f.t,
+                        "outcome": f.outcome, "kinds": list(f.kinds), "delta": f.delta,
+                        "raw": None if f.raw is None else f.raw.decode("utf-8", "replace")}
+                       for f in frames],
+            "verdict": verdict(message),
+        }, ensure_ascii=False))
+        return EXIT_OK
+    out = console()
+    where = f"{escape(capture.method)} {escape(capture.url)}"
+    out.print(f"[bold]{where}[/]  dialect {capture.dialect}, "
+              f"{len(capture.connections)} connection(s), body ended: {capture.end or 'cut off'}"
+              + (f" ({escape(capture.error)})" if capture.error else ""))
+    table = Table(show_lines=False, expand=True)
+    table.add_column("raw lines", overflow="fold", ratio=5)
+    table.add_column("parsed delta", overflow="fold", ratio=3)
+    table.add_column("committed position", overflow="fold", ratio=2)
+    for frame in frames[: arguments.limit]:
+        style = "" if frame.outcome == "committed" else "yellow"
+        table.add_row(Text(_raw(frame)), Text(frame.delta), Text(_position(frame)), style=style)
+    out.print(table)
+    if len(frames) > arguments.limit:
+        out.print(f"… {len(frames) - arguments.limit} more frames (--limit)")
+    v = verdict(message)
+    colour = "green" if v["status"] == "completed" else "red"
+    out.print(f"verdict: [bold {colour}]{v['status']}[/], finish reason {v['finish_reason']} "
+              f"(raw {v['raw_finish_reason']!r}), last seq {v['last_seq']}, "
+              f"{len(message.text)} characters of text")
+    if v["error"]:
+        out.print(f"error: {escape(v['error'])}")
+    if not message.trace.warnings:
+        out.print("warnings: none")
+    for w in message.trace.warnings:
+        out.print(f"warning [bold]{w.code}[/]: {escape(w.detail)}")
+    return EXIT_OK
