@@ -61,8 +61,8 @@ def frames(first: int, last: int) -> list[FrameRecord]:
     ]
 
 
-async def collect(journal: Journal, stream_id: str, after: int) -> list[FrameRecord | None]:
-    return [frame async for frame in journal.follow(stream_id, after)]
+async def collect(journal: Journal, stream_id: str, after: int) -> list[FrameRecord]:
+    return [frame async for batch in journal.follow(stream_id, after) for frame in batch]
 
 
 @pytest.mark.anyio
@@ -147,7 +147,7 @@ async def test_follow_serves_stored_then_live_then_ends(journal: Journal) -> Non
     ended = StreamState(status=Status.COMPLETED, updated=101.0, last_seq=33, finish_reason="stop")
     await journal.append("s1", frames(32, 33), ended)
     got = await asyncio.wait_for(reader, 10)
-    assert [f.seq for f in got if f is not None] == list(range(4, 34))
+    assert [f.seq for f in got] == list(range(4, 34))
     assert got == frames(4, 33)
     assert tail.readers == 0
     assert tail.ended
@@ -160,24 +160,25 @@ async def test_follow_serves_stored_then_live_then_ends(journal: Journal) -> Non
 async def test_slow_reader_falls_back_to_storage(journal: Journal) -> None:
     await journal.create(meta(), streaming(0))
     follower = journal.follow("s1", 0)
-    reads: list[FrameRecord | None] = []
     await journal.append("s1", frames(1, 2), streaming(2))
-    reads.append(await follower.__anext__())
+    reads = await follower.__anext__()
+    assert reads == frames(1, 2)
     # 20 frames arrive while the reader is stuck on frame 1; the tail keeps only 4 of them.
     for seq in range(3, 23):
         await journal.append("s1", frames(seq, seq), streaming(seq))
     await journal.set_status("s1", StreamState(status=Status.COMPLETED, updated=1, last_seq=22))
-    reads += [frame async for frame in follower]
-    assert reads == frames(1, 22)
+    batches = [batch async for batch in follower]
+    assert [frame for batch in batches for frame in batch] == frames(3, 22)
+    assert batches[0] == frames(3, 22)  # one storage read: the cache lost frames 3 to 18
 
 
 @pytest.mark.anyio
 async def test_follow_yields_none_for_keepalive(journal: Journal) -> None:
     await journal.create(meta(), streaming(0))
     follower = journal.follow("s1", 0, keepalive=0.01)
-    assert await follower.__anext__() is None
+    assert await follower.__anext__() == []
     await journal.append("s1", frames(1, 1), streaming(1))
-    assert await follower.__anext__() == frames(1, 1)[0]
+    assert await follower.__anext__() == frames(1, 1)
     await journal.set_status("s1", StreamState(status=Status.CANCELLED, updated=1, last_seq=1))
     assert [frame async for frame in follower] == []
 
@@ -188,7 +189,7 @@ async def test_reader_count_callback(journal: Journal) -> None:
     counts: list[int] = []
     tail.on_readers = counts.append
     follower = journal.follow("s1", 0, keepalive=0.01)
-    assert await follower.__anext__() is None
+    assert await follower.__anext__() == []
     await follower.aclose()
     assert counts == [1, 0]
 
@@ -251,6 +252,17 @@ async def test_sqlite_group_commit_folds_concurrent_appends(tmp_path: Path) -> N
             assert await journal.read_after(f"s{n}", 0, 100) == frames(1, 10)
     finally:
         await journal.close()
+
+
+@pytest.mark.anyio
+async def test_release_ends_readers_of_a_stream_without_its_final_append(journal: Journal) -> None:
+    await journal.create(meta(), streaming(0))
+    await journal.append("s1", frames(1, 2), streaming(2))
+    reader = asyncio.create_task(collect(journal, "s1", 0))
+    await asyncio.sleep(0)
+    journal.release("s1")
+    assert await asyncio.wait_for(reader, 10) == frames(1, 2)
+    assert journal.tail("s1") is None
 
 
 def test_journal_for_rejects_unknown_stores() -> None:

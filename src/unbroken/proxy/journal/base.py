@@ -141,8 +141,9 @@ class Journal(ABC):
         """Up to ``limit`` frames with seq > ``seq``, in order."""
 
     @abstractmethod
-    async def get(self, stream_id: str) -> StreamRecord | None:
-        """The stream with its text, or ``None`` if unknown (or already expired and purged)."""
+    async def get(self, stream_id: str, *, with_text: bool = True) -> StreamRecord | None:
+        """The stream, or ``None`` if unknown (or expired and purged). ``text`` is rebuilt from
+        the frames only ``with_text``; access checks and resumes do without."""
 
     @abstractmethod
     async def _purge(self, older_than: float, keep: frozenset[str]) -> int: ...
@@ -191,13 +192,21 @@ class Journal(ABC):
         """Delete streams not updated since ``older_than`` (never a live one); return how many."""
         return await self._purge(older_than, frozenset(self._tails))
 
+    def release(self, stream_id: str) -> None:
+        """End a live tail whose producer stopped without its final append (a failed commit):
+        readers drain what is stored and stop instead of waiting forever."""
+        tail = self._tails.pop(stream_id, None)
+        if tail is not None:
+            tail.publish((), ended=True)
+
     async def follow(
         self, stream_id: str, after: int, *, keepalive: float | None = None
-    ) -> AsyncGenerator[FrameRecord | None, None]:
-        """Frames with seq > ``after``: stored ones, then live ones until the stream ends.
+    ) -> AsyncGenerator[list[FrameRecord], None]:
+        """Batches of frames with seq > ``after``: stored ones, then live ones until the end.
 
-        Yields ``None`` when ``keepalive`` seconds pass with nothing new (time for a keep-alive
-        comment). A stream with no live tail in this process ends after what is stored.
+        Each batch is what was available at once (one commit, or one storage read). An empty
+        batch means ``keepalive`` seconds passed with nothing new (time for a keep-alive). A
+        stream with no live tail in this process ends after what is stored.
         """
         cursor = after
         attached = tail = self._tails.get(stream_id)
@@ -217,14 +226,13 @@ class Journal(ABC):
                 if frames is None:
                     frames = await self.read_after(stream_id, cursor, FOLLOW_BATCH)
                 if frames:
-                    for frame in frames:
-                        yield frame
+                    yield frames
                     cursor = frames[-1].seq
                     continue
                 if ended or tail is None:
                     return
                 if await tail.wait(keepalive) is False:
-                    yield None
+                    yield []
         finally:
             if attached is not None:
                 attached.detach()

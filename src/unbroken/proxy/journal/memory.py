@@ -49,11 +49,11 @@ class MemoryJournal(Journal):
         start = max(0, seq)
         return stored.frames[start : start + limit]
 
-    async def get(self, stream_id: str) -> StreamRecord | None:
+    async def get(self, stream_id: str, *, with_text: bool = True) -> StreamRecord | None:
         stored = self._streams.get(stream_id)
         if stored is None:
             return None
-        text = "".join(frame.text for frame in stored.frames)
+        text = "".join(frame.text for frame in stored.frames) if with_text else ""
         return StreamRecord(meta=stored.meta, state=stored.state, text=text)
 
     async def _purge(self, older_than: float, keep: frozenset[str]) -> int:

@@ -295,7 +295,7 @@ class SQLiteJournal(Journal):
         result: list[FrameRecord] = await self._read(read)
         return result
 
-    async def get(self, stream_id: str) -> StreamRecord | None:
+    async def get(self, stream_id: str, *, with_text: bool = True) -> StreamRecord | None:
         def read(conn: sqlite3.Connection) -> StreamRecord | None:
             conn.execute("BEGIN")  # one snapshot for the row and its frames
             try:
@@ -304,6 +304,8 @@ class SQLiteJournal(Journal):
                 ).fetchone()
                 if row is None:
                     return None
+                if not with_text:
+                    return _record(row, "")
                 texts = conn.execute(
                     "SELECT text FROM frames WHERE stream_id = ? AND text IS NOT NULL "
                     "ORDER BY seq",

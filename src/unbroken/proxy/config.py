@@ -1,0 +1,91 @@
+"""``ProxyConfig``: where each provider's requests go, where the journal lives, and the policies."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from ..framing import DEFAULT_MAX_EVENT_SIZE
+
+__all__ = ["DEFAULT_ORIGINS", "PROVIDERS", "ProxyConfig", "parse_duration"]
+
+PROVIDERS = ("openai", "anthropic", "gemini", "ollama")
+DEFAULT_ORIGINS = {
+    "openai": "https://api.openai.com",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+    "ollama": "http://127.0.0.1:11434",
+}
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
+_UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``24h`` or ``7d``; ``ValueError`` otherwise."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 15m, 24h, 7d)")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def _origin(name: str, value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{name}: an origin is scheme://host[:port], not {value!r}")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{name}: an origin has no path, query or fragment: {value!r}")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProxyConfig:
+    """Everything ``create_app`` needs. Durations are in seconds.
+
+    ``on_disconnect="cancel"`` stops a generation once no reader has been attached for
+    ``cancel_after`` seconds (0 when unset); with ``"keep"`` (the default) a generation runs to
+    its end, unless ``cancel_after`` is set, which then bounds how long it runs unread.
+    """
+
+    openai: str = DEFAULT_ORIGINS["openai"]
+    anthropic: str = DEFAULT_ORIGINS["anthropic"]
+    gemini: str = DEFAULT_ORIGINS["gemini"]
+    ollama: str = DEFAULT_ORIGINS["ollama"]
+    store: str = "sqlite:///unbroken.db"
+    on_disconnect: Literal["keep", "cancel"] = "keep"
+    cancel_after: float | None = None
+    retention: float = 24 * 3600.0
+    expire_every: float = 60.0
+    keepalive: float = 15.0
+    retry_ms: int = 1000
+    connect_timeout: float = 10.0
+    read_timeout: float = 300.0
+    max_event_size: int = DEFAULT_MAX_EVENT_SIZE
+    tail_frames: int = 256
+    upstream_resumes: int = 5
+
+    def __post_init__(self) -> None:
+        for provider in PROVIDERS:
+            object.__setattr__(self, provider, _origin(provider, getattr(self, provider)))
+        if self.on_disconnect not in ("keep", "cancel"):
+            raise ValueError(f"on_disconnect must be keep or cancel, not {self.on_disconnect!r}")
+        for name in ("retention", "expire_every", "keepalive", "connect_timeout",
+                     "read_timeout"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+        if self.cancel_after is not None and not 0 <= self.cancel_after < math.inf:
+            raise ValueError(f"cancel_after must be >= 0 seconds, not {self.cancel_after!r}")
+
+    def origin(self, provider: str) -> str:
+        origin: str = getattr(self, provider)
+        return origin
+
+    @property
+    def idle_cancel_after(self) -> float | None:
+        """Seconds a generation may run with no reader attached; ``None``: no limit."""
+        if self.on_disconnect == "cancel":
+            return self.cancel_after or 0.0
+        return self.cancel_after

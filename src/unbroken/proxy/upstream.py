@@ -1,0 +1,292 @@
+"""``Producer``: the task that reads one upstream stream, once, into the journal.
+
+It does not depend on any client connection: readers come and go through the journal. Per
+upstream network read: ``StreamReceiver.receive_data`` -> frames -> one journal append holding
+all of them (group commit) -> readers woken. Frames are numbered 1, 2, 3 ... by the proxy (pings
+and ``[DONE]`` included; SSE comments are not frames).
+
+When the upstream breaks before a finish reason, a Responses background stream is continued
+upstream (``GET /v1/responses/{id}?stream=true&starting_after=N``, frames deduplicated by
+``sequence_number``) so readers see one seamless stream. Otherwise, and after a cancel or a
+malformed body, the stream ends with one synthetic frame in the dialect's error format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+
+from ..errors import IdleTimeout, ProviderError, StreamError, TransportError
+from ..events import TextDelta
+from ..finish import Status
+from ..receiver import Frame, StreamReceiver
+from .config import ProxyConfig
+from .journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
+from .wire import error_frame
+
+__all__ = ["Producer", "UpstreamRequest"]
+
+log = logging.getLogger("unbroken.proxy")
+
+_RESUME_BACKOFF_S = 0.1
+_RESUME_BACKOFF_MAX_S = 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamRequest:
+    """The request a stream came from. Held in memory by the producer only: its headers carry
+    the credential, which is never journaled."""
+
+    url: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    origin: str
+    background: bool = False
+
+
+class Producer:
+    """Reads the upstream response of one stream into the journal until the stream ends."""
+
+    def __init__(
+        self,
+        *,
+        journal: Journal,
+        client: httpx2.AsyncClient,
+        config: ProxyConfig,
+        meta: StreamMeta,
+        tail: LiveTail,
+        request: UpstreamRequest,
+        response: httpx2.Response,
+    ) -> None:
+        self.stream_id = meta.stream_id
+        self.dialect = meta.dialect
+        self._journal = journal
+        self._client = client
+        self._config = config
+        self._request = request
+        self._response = response
+        self._receiver = StreamReceiver(
+            meta.dialect, trace=False, max_event_size=config.max_event_size
+        )
+        self._sse = meta.dialect != "ollama"
+        self.seq = 0  # the proxy's own frame counter
+        self._provider_seq = -1  # highest Responses sequence_number forwarded
+        self.upstream_requests = 1
+        self._stop_reason: str | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = None
+        tail.on_readers = self._readers_changed
+
+    # -- control ------------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        self.task = asyncio.get_running_loop().create_task(
+            self.run(), name=f"unbroken-producer-{self.stream_id}"
+        )
+        return self.task
+
+    def stop(self, reason: str = "cancelled") -> None:
+        """Stop reading: ``"cancelled"`` (a caller asked) ends the stream ``cancelled``; any
+        other reason (``"shutdown"``) ends it ``interrupted``."""
+        if self.task is not None and not self.task.done():
+            self._stop_reason = self._stop_reason or reason
+            self.task.cancel()
+
+    def _readers_changed(self, readers: int) -> None:
+        limit = self._config.idle_cancel_after
+        if limit is None:
+            return
+        if readers > 0:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
+        elif self._idle_timer is None:
+            self._idle_timer = asyncio.get_running_loop().call_later(limit, self.stop)
+
+    # -- the task -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        error: StreamError | None = None
+        try:
+            error = await self._pump(self._response)
+            while self._resumable(error):
+                error = await self._resume_upstream()
+            await self._end(error)
+        except asyncio.CancelledError:
+            reason = self._stop_reason or "shutdown"
+            await self._end(TransportError(f"proxy {reason}") if reason != "cancelled" else None,
+                            cancelled=reason == "cancelled")
+        except Exception:
+            log.exception("stream %s: producer failed", self.stream_id)
+        finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+            self._journal.release(self.stream_id)
+
+    async def _pump(self, response: httpx2.Response) -> StreamError | None:
+        """Read one upstream response to its end; the error that broke it, if any."""
+        receiver = self._receiver
+        clock = time.monotonic
+        try:
+            async for chunk in response.aiter_raw():
+                frames = receiver.receive_data(chunk, clock())
+                if frames:
+                    await self._commit(frames)
+                if receiver.finished:  # a malformed body: the message failed
+                    return None
+            frames = receiver.receive_eof(clock())
+            if frames:
+                await self._commit(frames)
+            return None
+        except httpx2.TimeoutException as exc:
+            seconds = self._config.read_timeout
+            timeout = IdleTimeout(f"upstream sent nothing for {seconds:g} s", seconds=seconds)
+            timeout.__cause__ = exc
+            return timeout
+        except httpx2.TransportError as exc:
+            error = TransportError(f"upstream connection broke: {exc!r}")
+            error.__cause__ = exc
+            return error
+        finally:
+            await response.aclose()
+
+    async def _commit(self, frames: list[Frame]) -> None:
+        records: list[FrameRecord] = []
+        dedupe = self._receiver.seq_source == "provider"
+        sse = self._sse
+        for frame in frames:
+            if dedupe:
+                if frame.seq <= self._provider_seq:
+                    continue  # a frame the upstream sent again: already forwarded
+                self._provider_seq = frame.seq
+            self.seq += 1
+            text = ""
+            if frame.committed:
+                for event in frame.events:
+                    if event.__class__ is TextDelta:
+                        text += event.text
+            wire = frame.sse
+            if sse:
+                event_type: str | None = wire.event  # type: ignore[union-attr]
+                data = wire.data.encode()  # type: ignore[union-attr]
+                records.append(
+                    FrameRecord(self.seq, None if event_type == "message" else event_type,
+                                data, text)
+                )
+            else:
+                records.append(FrameRecord(self.seq, None, wire.raw.rstrip(b"\r\n"), text))
+        if records:
+            await self._journal.append(self.stream_id, records, self._state(final=False))
+
+    # -- upstream resume (Responses background) -----------------------------------------------
+
+    def _resumable(self, error: StreamError | None) -> bool:
+        receiver = self._receiver
+        if not receiver.finished:
+            receiver.close(error)
+        message = receiver.message
+        return (
+            self._request.background
+            and message.status is Status.INTERRUPTED
+            and message.id is not None
+            and self.upstream_requests <= self._config.upstream_resumes
+        )
+
+    async def _resume_upstream(self) -> StreamError | None:
+        attempt = self.upstream_requests - 1
+        if attempt:
+            await asyncio.sleep(min(_RESUME_BACKOFF_S * 2 ** (attempt - 1), _RESUME_BACKOFF_MAX_S))
+        self._receiver = self._receiver.reconnect()
+        self.upstream_requests += 1
+        message_id = self._receiver.message.id
+        url = (
+            f"{self._request.origin}/v1/responses/{message_id}"
+            f"?stream=true&starting_after={self._provider_seq}"
+        )
+        headers = [
+            (name, value)
+            for name, value in self._request.headers
+            if name.lower() not in ("content-type", "accept")
+        ]
+        headers.append(("accept", "text/event-stream"))
+        log.info("stream %s: resuming upstream after sequence_number %d",
+                 self.stream_id, self._provider_seq)
+        try:
+            response = await self._client.send(
+                self._client.build_request("GET", url, headers=headers), stream=True
+            )
+        except httpx2.TransportError as exc:
+            return TransportError(f"upstream resume failed: {exc!r}")
+        if response.status_code != 200:
+            await response.aclose()
+            return TransportError(f"upstream resume answered HTTP {response.status_code}")
+        return await self._pump(response)
+
+    # -- the end ------------------------------------------------------------------------------
+
+    async def _end(self, error: StreamError | None, *, cancelled: bool = False) -> None:
+        receiver = self._receiver
+        if not receiver.finished:
+            receiver.close(error, cancelled=cancelled)
+        message = receiver.message
+        status = message.status
+        last: list[FrameRecord] = []
+        if status is Status.INTERRUPTED:
+            detail = f" ({message.error})" if message.error is not None else ""
+            last.append(self._error_frame(
+                "upstream_interrupted",
+                f"unbroken proxy: the upstream stream broke before it finished{detail}",
+            ))
+        elif status is Status.CANCELLED:
+            last.append(self._error_frame("stream_cancelled",
+                                          "unbroken proxy: the stream was cancelled"))
+        elif status is Status.FAILED and not isinstance(message.error, ProviderError):
+            last.append(self._error_frame(
+                "upstream_malformed",
+                f"unbroken proxy: the upstream stream was malformed ({message.error})",
+            ))
+        await self._journal.append(self.stream_id, last, self._state(final=True))
+        log.info("stream %s: %s after %d frames, %d upstream request(s)",
+                 self.stream_id, status.value, self.seq, self.upstream_requests)
+
+    def _error_frame(self, code: str, detail: str) -> FrameRecord:
+        self.seq += 1
+        provider_seq = self._provider_seq + 1 if self.dialect == "openai-responses" else None
+        return error_frame(self.dialect, self.seq, code, detail, provider_seq)
+
+    def _state(self, *, final: bool) -> StreamState:
+        message = self._receiver.message
+        finish = message.finish
+        return StreamState(
+            status=message.status if final else Status.STREAMING,
+            updated=time.time(),
+            last_seq=self.seq,
+            finish_reason=None if finish is None else finish.reason.value,
+            raw_finish_reason=None if finish is None else finish.raw,
+            usage=_usage(message.usage),
+            error=_error(message.error),
+            upstream_requests=self.upstream_requests,
+            provider_id=message.id,
+        )
+
+
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    fields = ("input_tokens", "output_tokens", "total_tokens", "reasoning_tokens",
+              "cached_tokens")
+    return {name: getattr(usage, name) for name in fields if getattr(usage, name) is not None}
+
+
+def _error(error: StreamError | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    if isinstance(error, ProviderError):
+        event = error.event
+        return {"type": event.type, "message": event.message, "retryable": event.retryable}
+    return {"type": type(error).__name__, "message": str(error)}

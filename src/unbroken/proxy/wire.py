@@ -1,0 +1,125 @@
+"""Bytes the proxy sends downstream: frames re-serialized, keep-alives, and its own error frames.
+
+An SSE frame goes out as ``event:`` (only when the upstream named one), ``id: <stream_id>:<seq>``,
+the upstream data verbatim as ``data:`` lines, and a blank line; the first frame of a response
+also carries a ``retry:`` hint. Upstream ``id:``/``retry:`` lines are never forwarded.
+
+Two compatibility rules shape the bytes (both found in the official SDKs' decoders):
+
+- The OpenAI and Anthropic SDKs dispatch an event on *every* blank line once an ``id`` was seen,
+  even with no data, and the OpenAI SDK then fails to parse that empty data. So a keep-alive is
+  a comment line with no blank line after it (``: keep-alive`` then the next frame's fields).
+- google-genai reads only ``data: `` lines and parses every other non-blank line as JSON, so the
+  Gemini POST gets data lines only: no ``id:``, ``retry:`` or comments (the stream id travels in
+  the ``Unbroken-Stream-Id`` header, and frame n of the body is seq n). A bare LF keeps it alive.
+  ``GET /v1/streams/{id}/events`` serves every dialect with ids.
+
+Ollama's POST stays NDJSON: the upstream line bytes, one per line, no ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..jsonparse import dumps_compact
+from .journal import FrameRecord
+
+__all__ = [
+    "KEEPALIVE_COMMENT",
+    "Downstream",
+    "downstream_for",
+    "error_body",
+    "error_frame",
+]
+
+KEEPALIVE_COMMENT = b": keep-alive\n"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Downstream:
+    """How one response serializes frames: SSE with or without ids, or NDJSON."""
+
+    media_type: str
+    ndjson: bool = False
+    ids: bool = True
+    keepalive: bytes | None = KEEPALIVE_COMMENT
+    retry_ms: int | None = None
+
+    def frames(self, stream_id: str, frames: list[FrameRecord], first: bool) -> bytes:
+        """The wire bytes of a batch of frames; ``first`` marks the response's first batch."""
+        if self.ndjson:
+            return b"".join([frame.data + b"\n" for frame in frames])
+        out: list[bytes] = []
+        prefix = stream_id.encode() + b":"
+        retry = self.retry_ms if first else None
+        for frame in frames:
+            if retry is not None:
+                out.append(b"retry: %d\n" % retry)
+                retry = None
+            if frame.event is not None:
+                out.append(b"event: " + frame.event.encode() + b"\n")
+            if self.ids:
+                out.append(b"id: " + prefix + b"%d\n" % frame.seq)
+            for line in frame.data.split(b"\n"):
+                out.append(b"data: " + line + b"\n")
+            out.append(b"\n")
+        return b"".join(out)
+
+
+def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
+                   retry_ms: int | None) -> Downstream:
+    """The serialization for a dialect's own POST, or for the generic SSE events endpoint."""
+    if events_endpoint:
+        return Downstream(media_type="text/event-stream; charset=utf-8", retry_ms=retry_ms)
+    if dialect == "ollama":
+        return Downstream(media_type=media_type, ndjson=True, ids=False, keepalive=None)
+    if dialect == "gemini":
+        return Downstream(media_type=media_type, ids=False, keepalive=b"\n")
+    return Downstream(media_type=media_type, retry_ms=retry_ms)
+
+
+def error_frame(dialect: str, seq: int, code: str, message: str,
+                provider_seq: int | None = None) -> FrameRecord:
+    """The last frame of a stream that broke, in the dialect's own error format, so that the
+    official SDKs raise instead of ending quietly on half a sentence."""
+    event: str | None = None
+    payload: Any
+    if dialect == "openai-chat":
+        payload = {"error": {"message": message, "type": "server_error", "param": None,
+                             "code": code}}
+    elif dialect == "openai-responses":
+        event = "error"
+        # The documented event has code/message at the top; the nested "error" object is what
+        # makes the OpenAI SDK raise APIError instead of yielding the event quietly.
+        payload = {"type": "error", "code": code, "message": message, "param": None,
+                   "error": {"type": "server_error", "code": code, "message": message,
+                             "param": None}}
+        if provider_seq is not None:
+            payload["sequence_number"] = provider_seq
+    elif dialect == "anthropic":
+        event = "error"
+        payload = {"type": "error", "error": {"type": "api_error", "message": message}}
+    elif dialect == "gemini":
+        payload = {"error": {"code": 500, "message": message, "status": "INTERNAL"}}
+    else:
+        payload = {"error": message}
+    return FrameRecord(seq, event, dumps_compact(payload).encode())
+
+
+_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
+                  502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def error_body(dialect: str | None, status: int, message: str) -> dict[str, Any]:
+    """A whole (non-streamed) error body in the dialect's format, for the proxy's own errors."""
+    if dialect == "anthropic":
+        kind = "not_found_error" if status == 404 else "api_error"
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    if dialect == "gemini":
+        return {"error": {"code": status, "message": message,
+                          "status": _GOOGLE_STATUS.get(status, "INTERNAL")}}
+    if dialect == "ollama":
+        return {"error": message}
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
