@@ -11,6 +11,7 @@ Endpoints
 - ``GET /v1/responses/{id}`` (background responses only; ``?stream=true&starting_after=N``);
 - ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` (gemini; without ``alt=sse`` the
   chunks come as one JSON array) and ``POST /v1beta/models/{model}:generateContent`` (whole body);
+  the same under ``/v1/models/`` (the default of google-genai);
 - ``POST /api/chat`` (ollama, NDJSON) streams unless the body says ``"stream": false``;
 - ``GET /_mock/requests`` -> ``{"generations": {path: n}, "resumes": {path: n}}`` (a path with
   no count is absent); ``POST /_mock/reset`` clears counts, status-fault attempts and stored

@@ -249,6 +249,8 @@ def create_app() -> Starlette:
         Route(RESPONSES_PATH + "/{response_id}", mock.retrieve_response, methods=["GET"]),
         Route("/v1/messages", mock.messages, methods=["POST"]),
         Route("/v1beta/models/{target}", mock.gemini, methods=["POST"]),
+        # google-genai 1.x+ defaults to the v1 API; both versions speak the same format.
+        Route("/v1/models/{target}", mock.gemini, methods=["POST"]),
         Route("/api/chat", mock.ollama_chat, methods=["POST"]),
         Route("/_mock/requests", mock.requests, methods=["GET"]),
         Route("/_mock/reset", mock.reset, methods=["POST"]),
