@@ -55,7 +55,11 @@ def anthropic_body(text_parts: list[str], stop_reason: str = "end_turn") -> byte
         ),
         (
             "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
         ),
         ("ping", {"type": "ping"}),
     ]

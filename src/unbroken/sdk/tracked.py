@@ -1,0 +1,214 @@
+"""The iteration shell shared by the SDK adapters: yield the SDK's objects, commit their events.
+
+An adapter (``SDKAdapter``) knows one SDK: how to turn one of its stream objects back into the
+wire payload the dialect maps (``payload``), which dialect that is, and what an exception means
+(``error_payload``: the provider's error body, or ``None`` for a transport failure). The events
+come from the dialect's own tables: nothing here maps a provider field.
+
+Ending: the SDK's iterator running out closes the message (its status then says whether a
+finish reason came); an exception fails it (a provider error) or interrupts it (anything
+else) and propagates unchanged; leaving the loop early, ``close()`` or the ``with`` block
+ending first cancels it (a finish reason already received still decides).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from types import TracebackType
+from typing import Any, Generic, Protocol, TypeVar
+
+from ..errors import TransportError
+from ..framing import ServerSentEvent
+from ..message import Message
+from ..receiver import DEFAULT_STALL_SECONDS
+
+__all__ = ["AsyncTrackedStream", "SDKAdapter", "TrackedStream"]
+
+T = TypeVar("T")
+
+
+class SDKAdapter(Protocol):
+    expect_end_marker: bool
+
+    def dialect_for(self, payload: dict[str, Any]) -> Any:
+        """The dialect object of this stream (fixed by the first payload)."""
+        ...
+
+    def payload(self, obj: Any) -> dict[str, Any] | None:
+        """The wire payload of one SDK object; ``None`` for an object the SDK made up itself."""
+        ...
+
+    def error_payload(self, exc: BaseException) -> dict[str, Any] | None:
+        """The provider's error as the wire carries it, or ``None`` if ``exc`` is no such error."""
+        ...
+
+
+class _Tracker:
+    """Commits one SDK stream's payloads to a ``Message`` through the dialect."""
+
+    def __init__(self, adapter: SDKAdapter, *, trace: bool) -> None:
+        self.adapter = adapter
+        self.message = Message(trace=trace, expect_end_marker=adapter.expect_end_marker)
+        self._last_seq = 0
+        self._by_provider: bool | None = None  # the seq source, fixed by the first payload
+        self._started = time.monotonic()
+        self._last_t: float | None = None
+
+    def observe(self, obj: Any) -> None:
+        payload = self.adapter.payload(obj)
+        if payload is not None:
+            self._commit(payload)
+
+    def _commit(self, payload: dict[str, Any]) -> None:
+        dialect = self.adapter.dialect_for(payload)
+        number = dialect.provider_seq(payload)
+        if self._by_provider is None:
+            self._by_provider = number is not None
+            self.message.seq_source = "provider" if number is not None else "position"
+        seq = number if self._by_provider and number is not None else self._last_seq + 1
+        self._last_seq = seq
+        t = time.monotonic() - self._started
+        if self._last_t is not None and t - self._last_t > DEFAULT_STALL_SECONDS:
+            self.message.warn("stall", f"no event for {t - self._last_t:.1f} s")
+        self._last_t = t
+        kind = payload.get("type")
+        frame = ServerSentEvent(event=kind if isinstance(kind, str) else "message")
+        self.message.commit(seq, dialect.events(frame, payload, seq), t)
+
+    def end(self) -> None:
+        self.message.close()
+
+    def cancel(self) -> None:
+        self.message.close(cancelled=True)
+
+    def fail(self, exc: BaseException) -> None:
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, task cancellation: the caller
+            self.cancel()
+            return
+        body = self.adapter.error_payload(exc)
+        if body is not None and not self.message.closed:
+            self._commit(body)
+            self.message.close()
+            return
+        error = TransportError(f"{type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        self.message.close(error)
+
+
+class TrackedStream(Generic[T]):
+    """Iterate it as the SDK stream itself; ``message`` is the ``Message`` built alongside."""
+
+    def __init__(self, stream: Any, adapter: SDKAdapter, *, trace: bool = True) -> None:
+        self._tracker = _Tracker(adapter, trace=trace)
+        self.message: Message = self._tracker.message
+        # A context manager (anthropic's ``messages.stream(...)``) is entered on first use.
+        self._manager = stream if not hasattr(stream, "__iter__") else None
+        self.stream: Any = None if self._manager is not None else stream
+        self._own: Iterator[T] | None = None
+
+    def __iter__(self) -> Iterator[T]:
+        return self._track()
+
+    def __next__(self) -> T:
+        if self._own is None:
+            self._own = self._track()
+        return next(self._own)
+
+    def _track(self) -> Iterator[T]:
+        tracker = self._tracker
+        if self.stream is None:
+            self.stream = self._manager.__enter__()  # type: ignore[union-attr]
+        iterator = iter(self.stream)
+        try:
+            for obj in iterator:
+                tracker.observe(obj)
+                yield obj
+        except GeneratorExit:
+            self.close()
+            raise
+        except BaseException as exc:
+            tracker.fail(exc)
+            raise
+        tracker.end()
+
+    def close(self) -> None:
+        """Stop reading: the message is ``cancelled`` unless it already ended."""
+        self._tracker.cancel()
+        closer = getattr(self.stream, "close", None)
+        if callable(closer):
+            closer()
+        if self._manager is not None and self.stream is not None:
+            manager, self._manager = self._manager, None
+            manager.__exit__(None, None, None)
+
+    def __enter__(self) -> TrackedStream[T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncTrackedStream(Generic[T]):
+    """``async for`` it as the SDK stream itself; ``message`` is the ``Message`` built alongside.
+
+    Leaving an ``async for`` early cancels the message once the event loop finalizes the
+    iterator; use ``async with`` (or ``await aclose()``) to make that happen at once.
+    """
+
+    def __init__(self, stream: Any, adapter: SDKAdapter, *, trace: bool = True) -> None:
+        self._tracker = _Tracker(adapter, trace=trace)
+        self.message: Message = self._tracker.message
+        self._manager = stream if not hasattr(stream, "__aiter__") else None
+        self.stream: Any = None if self._manager is not None else stream
+        self._own: AsyncIterator[T] | None = None
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self._track()
+
+    async def __anext__(self) -> T:
+        if self._own is None:
+            self._own = self._track()
+        return await anext(self._own)
+
+    async def _track(self) -> AsyncIterator[T]:
+        tracker = self._tracker
+        if self.stream is None:
+            self.stream = await self._manager.__aenter__()  # type: ignore[union-attr]
+        try:
+            async for obj in self.stream:
+                tracker.observe(obj)
+                yield obj
+        except GeneratorExit:
+            await self.aclose()
+            raise
+        except BaseException as exc:
+            tracker.fail(exc)
+            raise
+        tracker.end()
+
+    async def aclose(self) -> None:
+        """Stop reading: the message is ``cancelled`` unless it already ended."""
+        self._tracker.cancel()
+        closer = getattr(self.stream, "close", None)
+        if callable(closer):
+            await closer()
+        if self._manager is not None and self.stream is not None:
+            manager, self._manager = self._manager, None
+            await manager.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> AsyncTrackedStream[T]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
