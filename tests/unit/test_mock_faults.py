@@ -213,5 +213,36 @@ def test_drop_after_leaves_out_the_final_message() -> None:
     assert len(_bodies(messages)) == 2
 
 
+def test_a_client_hanging_up_during_a_stall_ends_the_handler() -> None:
+    sent: list[Message] = []
+    two_frames = asyncio.Event()
+    calls = 0
+
+    async def receive() -> Message:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return {"type": "http.request", "body": b'{"stream": true}', "more_body": False}
+        await two_frames.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if len(_bodies(sent)) == 2:
+            two_frames.set()
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/v1/messages", "raw_path": b"/v1/messages",
+        "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+        "headers": [(b"unbroken-mock", b"tokens=3; stall_after=2; stall_s=3600")],
+    }
+    # Without the disconnect this would sleep for an hour; the bound makes a hang a failure.
+    asyncio.run(asyncio.wait_for(create_app()(scope, receive, send), timeout=10))
+    assert len(_bodies(sent)) == 2
+    assert all(message.get("more_body") is True for message in sent[1:])
+
+
 def test_frame_values_compare_by_value() -> None:
     assert Frame(data=b"x", event="e") == Frame(data=b"x", event="e")

@@ -91,9 +91,11 @@ one place on the wire. Connection faults count frames on the wire (after ``dupli
 (``drop_after=0``: headers only); with ``drop_mid=1`` frame N+1 is also written up to and
 including the first byte of its first multi-byte character (a frame without one is cut in its
 middle; a text frame always has one). ``stall_after=N`` pauses ``stall_s`` seconds (default 60)
-after frame N (0: before the first frame), sending a keep-alive every ``ping_ms`` (default 100)
-with ``pings=1``. ``pings=1`` also sends a keep-alive before every frame but the first of a
-connection (SSE comment ``: keep-alive``; Anthropic ``event: ping``; nothing for Ollama).
+after frame N (0: before the first frame); with ``pings=1`` it sends a keep-alive every
+``ping_ms`` (default 100) meanwhile, ceil(stall_ms / ping_ms) - 1 of them. A client that hangs
+up during a stall ends the handler at once. ``pings=1`` also sends a keep-alive before every
+frame but the first of a connection (SSE comment ``: keep-alive``; Anthropic ``event: ping``;
+nothing for Ollama).
 ``delay_ms=M`` pauses before every frame but the first. ``split_utf8=1`` writes each frame in
 several writes (separate HTTP chunks), cut inside each of its multi-byte characters (at varying
 byte positions), or in its middle if it has none, with a 1 ms pause between writes.
@@ -102,8 +104,11 @@ byte positions), or in its middle if it has none, with a 1 ms pause between writ
 (Responses) stores the frames; ``GET /v1/responses/{id}?stream=true&starting_after=N`` streams
 the frames whose sequence_number > N, counted as a resume of ``/v1/responses``. Resumes are
 never dropped or stalled. ``status=429|500|503``: requests with this scenario string on this path
-get that status in the provider's error format (429: ``Retry-After`` and ``retry-after-ms``,
-default 1 s, or ``retry_after=S``), the first ``status_times`` of them or all without it.
+get that status in the provider's error format, with ``Retry-After`` and ``retry-after-ms``
+from ``retry_after=S`` (a 429 always has them, 1 s by default); the first ``status_times`` of
+them, or all without it. Ids (chatcmpl-, msg_, resp_ ...) derive from the path, the request body,
+``seed``, ``tokens`` and ``finish``, so a faulty and a clean stream of one request differ only
+where the faults are; a background response gets a fresh id each time.
 ``stream: false`` answers the whole body; only status faults apply to it. A bad scenario, a
 finish the provider cannot express, a fault past the last frame: 400 naming the key.
 """
