@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import httpx2
 import pytest
 from httpx_sse import connect_sse
-
 from tests.integration.test_proxy_support import (
     CALLS,
     DIALECTS,
@@ -20,7 +20,8 @@ from tests.integration.test_proxy_support import (
     running_proxy,
     stream_status,
 )
-from unbroken import stream as unbroken_stream
+
+from unbroken.client import stream as unbroken_stream
 from unbroken.events import TextDelta
 from unbroken.finish import Status
 from unbroken.mock import reply_text
@@ -59,7 +60,7 @@ def test_disconnect_then_resume_on_the_events_endpoint(
                            headers=call.headers(SCENARIO)) as response:
             assert response.status_code == 200
             stream_id = response.headers["unbroken-stream-id"]
-            head, _ = read_some(response, dialect, cut)
+            read_some(response, dialect, cut)
         # Disconnected. The same frames again, with ids, from the events endpoint:
         response = client.get(f"/v1/streams/{stream_id}/events?after={cut}",
                               headers={"authorization": f"Bearer {KEY}"})
@@ -160,7 +161,7 @@ def test_unbroken_stream_through_the_proxy(proxy: str, mock: str) -> None:
 
 def test_event_source_semantics_with_token(proxy: str, mock: str) -> None:
     call = CALLS["openai-chat"]
-    with httpx2.Client(base_url=proxy, timeout=10) as client:
+    with httpx.Client(base_url=proxy, timeout=10) as client:  # httpx-sse is built on httpx
         # A stream created without any credential: only its token reads it.
         response = client.post(call.path, json=call.body, headers=call.headers(SCENARIO, None))
         stream_id = response.headers["unbroken-stream-id"]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx2
-
 from tests.servers import serve_in_thread
+
 from unbroken.framing import NDJSONDecoder, SSEDecoder
 from unbroken.mock import reply_deltas
 from unbroken.proxy import ProxyApp, ProxyConfig, create_app

@@ -75,6 +75,11 @@ def test_endpoints() -> None:
         Endpoint(provider="gemini", dialect="gemini"))
     assert endpoint_for("POST", "/v1beta/models/gemini-x:generateContent", {}) == Endpoint(
         provider="gemini")
+    assert endpoint_for("POST", "/v1/models/gemini-x:streamGenerateContent", {}) == (
+        Endpoint(provider="gemini", dialect="gemini"))
+    assert endpoint_for("GET", "/v1/models/gpt-x", {}) == Endpoint(provider="openai")
+    assert endpoint_for("GET", "/v1/models", {"x-goog-api-key": "k"}) == Endpoint(
+        provider="gemini")
     assert endpoint_for("POST", "/api/chat", {}) == Endpoint(provider="ollama", dialect="ollama")
     assert endpoint_for("GET", "/api/tags", {}) == Endpoint(provider="ollama")
     assert endpoint_for("GET", "/v1/responses/resp_1", {}) == Endpoint(provider="openai")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,8 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
     "te", "trailer", "transfer-encoding", "upgrade",
 })
+# Gemini's methods: /v1beta/models/gemini-x:streamGenerateContent (google-genai 3 uses /v1/).
+_GEMINI_METHOD = re.compile(r"/(?:v1|v1beta|v1alpha)/(?:tunedModels|models)/[^/]+:([A-Za-z]+)")
 _MEDIA_TYPES = {"ndjson": ("application/x-ndjson", "application/json"),
                 "sse": ("text/event-stream",)}
 
@@ -52,9 +55,11 @@ def endpoint_for(method: str, path: str, headers: Mapping[str, str]) -> Endpoint
             return Endpoint(provider="anthropic", dialect="anthropic")
         if path == "/api/chat":
             return Endpoint(provider="ollama", dialect="ollama")
-        if path.startswith("/v1beta/models/") and path.endswith(":streamGenerateContent"):
-            return Endpoint(provider="gemini", dialect="gemini")
-    if path.startswith(("/v1beta/", "/v1alpha/", "/upload/v1beta/")):
+    gemini = _GEMINI_METHOD.fullmatch(path)
+    if gemini is not None:
+        streams = method == "POST" and gemini.group(1) == "streamGenerateContent"
+        return Endpoint(provider="gemini", dialect="gemini" if streams else None)
+    if path.startswith(("/v1beta/", "/v1alpha/", "/upload/")) or "x-goog-api-key" in headers:
         return Endpoint(provider="gemini")
     if path.startswith("/api/"):
         return Endpoint(provider="ollama")
