@@ -135,12 +135,17 @@ class AnthropicDialect(SSEDialect):
 
     def _block_start(self, payload: Any, seq: int) -> list[Event]:
         block: Any = payload.get("content_block") or {}
-        handler = self._blocks.get(block.get("type"), self._part_pass)
+        handler = self._blocks.get(block.get("type")) or self._part_pass
         return handler(payload, block, seq)
 
     def _block_delta(self, payload: Any, seq: int) -> list[Event]:
         delta: Any = payload.get("delta") or {}
-        handler = self._deltas.get(delta.get("type"), self._part_pass)
+        kind = delta.get("type")
+        if kind == "text_delta":  # the hot path, inline
+            text = delta.get("text")
+            if text.__class__ is str and text:
+                return [TextDelta(seq=seq, text=text)]
+        handler = self._deltas.get(kind) or self._part_pass
         return handler(payload, delta, seq)
 
     def _part_text_block(self, payload: Any, block: Any, seq: int) -> list[Event]:

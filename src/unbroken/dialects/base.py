@@ -26,6 +26,7 @@ from ..jsonparse import loads
 
 __all__ = [
     "DONE",
+    "NOTHING",
     "PASS",
     "Dialect",
     "DialectBase",
@@ -44,6 +45,9 @@ FinishTable = Mapping[str, tuple[Status, FinishReason]]
 
 PASS: Final = "pass"
 """Table value for an event type that is passed through as ``UnknownEvent``."""
+
+NOTHING: Final = "nothing"
+"""Table value for a field that says nothing worth an event (``role``: always "assistant")."""
 
 
 class _Done:
@@ -167,11 +171,14 @@ class DialectBase:
         """
         return {key: getattr(self, "_" + value) for key, value in table.items() if "/" not in key}
 
-    def _bind_parts(self, top: str, table: Mapping[str, str]) -> dict[str, PartHandler]:
-        """Bound handlers for the sub-kinds of ``top`` (``PASS`` -> ``_part_pass``)."""
+    def _bind_parts(self, top: str, table: Mapping[str, str]) -> dict[str, PartHandler | None]:
+        """Bound handlers for the sub-kinds of ``top`` (``PASS`` -> ``_part_pass``).
+
+        ``NOTHING`` binds to ``None``: the caller skips the field without a call.
+        """
         prefix = top + "/"
         return {
-            key[len(prefix) :]: getattr(self, "_part_" + value)
+            key[len(prefix) :]: None if value == NOTHING else getattr(self, "_part_" + value)
             for key, value in table.items()
             if key.startswith(prefix)
         }

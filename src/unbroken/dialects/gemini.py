@@ -130,7 +130,11 @@ class GeminiDialect(SSEDialect):
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         if payload is DONE:  # not Gemini's, but some relays add it
             return [StreamEnd(seq=seq, marker="[DONE]")]
-        out = self._start(seq, payload.get("responseId"), payload.get("modelVersion"))
+        out: list[Event] = (
+            []
+            if self._started
+            else self._start(seq, payload.get("responseId"), payload.get("modelVersion"))
+        )
         end: list[Event] = []
         for key, handler in self._fields.items():
             if key in payload:

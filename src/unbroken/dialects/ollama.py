@@ -26,7 +26,7 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from ..jsonparse import dumps_compact
-from .base import PASS, DialectBase, count, error_event, finish
+from .base import NOTHING, PASS, DialectBase, count, error_event, finish
 
 __all__ = ["EVENT_TYPES", "FINISH_REASONS", "OllamaDialect"]
 
@@ -41,7 +41,7 @@ EVENT_TYPES: Final[Mapping[str, str]] = {
     "message/content": "content",
     "message/thinking": "thinking",
     "message/tool_calls": "tool_calls",
-    "message/role": "role",  # always "assistant": nothing to report
+    "message/role": NOTHING,  # always "assistant"
     "message/images": PASS,
     "message/tool_name": PASS,
 }
@@ -76,11 +76,13 @@ class OllamaDialect(DialectBase):
             for key, value in EVENT_TYPES.items()
             if "/" not in key and key != "error"
         }
+        parts = self._bind_parts("message", EVENT_TYPES)
         self._message_fields = {
             key: handler
-            for key, handler in self._bind_parts("message", EVENT_TYPES).items()
-            if EVENT_TYPES["message/" + key] != PASS
+            for key, handler in parts.items()
+            if handler is not None and EVENT_TYPES["message/" + key] != PASS
         }
+        self._quiet = frozenset(key for key, handler in parts.items() if handler is None)
 
     def load(self, frame: Any) -> Any:
         value = frame.value
@@ -95,7 +97,7 @@ class OllamaDialect(DialectBase):
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         if payload.get("error"):
             return self._error(payload, seq)
-        out = self._start(seq, None, payload.get("model"))
+        out = [] if self._started else self._start(seq, None, payload.get("model"))
         for key, handler in self._fields.items():
             value = payload.get(key)
             if value:
@@ -118,10 +120,10 @@ class OllamaDialect(DialectBase):
             if not value:
                 continue
             handler = fields.get(key)
-            if handler is None:
-                out.append(UnknownEvent(seq=seq, type="message/" + key, raw=payload))
-            else:
+            if handler is not None:
                 out += handler(payload, value, seq)
+            elif key not in self._quiet:  # undocumented (or PASS) field
+                out.append(UnknownEvent(seq=seq, type="message/" + key, raw=payload))
         return out
 
     def _response(self, payload: Any, text: Any, seq: int) -> list[Event]:
@@ -131,13 +133,10 @@ class OllamaDialect(DialectBase):
         return [ReasoningDelta(seq=seq, text=text)] if isinstance(text, str) else []
 
     def _part_content(self, payload: Any, text: Any, seq: int) -> list[Event]:
-        return self._response(payload, text, seq)
+        return [TextDelta(seq=seq, text=text)] if isinstance(text, str) else []
 
     def _part_thinking(self, payload: Any, text: Any, seq: int) -> list[Event]:
-        return self._thinking(payload, text, seq)
-
-    def _part_role(self, payload: Any, role: Any, seq: int) -> list[Event]:
-        return []
+        return [ReasoningDelta(seq=seq, text=text)] if isinstance(text, str) else []
 
     def _part_tool_calls(self, payload: Any, calls: Any, seq: int) -> list[Event]:
         self._first_call.setdefault(seq, self._calls)

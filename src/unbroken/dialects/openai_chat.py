@@ -23,7 +23,7 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
-from .base import DONE, PASS, SSEDialect, count, error_event, finish
+from .base import DONE, NOTHING, PASS, SSEDialect, count, error_event, finish
 
 __all__ = ["EVENT_TYPES", "FINISH_REASONS", "RETRYABLE_ERRORS", "OpenAIChatDialect"]
 
@@ -37,7 +37,7 @@ EVENT_TYPES: Final[Mapping[str, str]] = {
     "delta/reasoning": "reasoning",
     "delta/tool_calls": "tool_calls",
     "delta/function_call": "function_call",  # legacy, before tool_calls
-    "delta/role": "role",  # always "assistant": nothing to report
+    "delta/role": NOTHING,  # always "assistant"
     "delta/refusal": PASS,
     "delta/audio": PASS,
 }
@@ -61,11 +61,13 @@ class OpenAIChatDialect(SSEDialect):
         super().__init__()
         self._handlers = self._bind(EVENT_TYPES)
         # PASS fields take the same road as undocumented ones: "delta/<field>" pass-through.
+        parts = self._bind_parts("delta", EVENT_TYPES)
         self._deltas = {
             key: handler
-            for key, handler in self._bind_parts("delta", EVENT_TYPES).items()
-            if EVENT_TYPES["delta/" + key] != PASS
+            for key, handler in parts.items()
+            if handler is not None and EVENT_TYPES["delta/" + key] != PASS
         }
+        self._quiet = frozenset(key for key, handler in parts.items() if handler is None)
 
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         if payload is DONE:
@@ -85,7 +87,7 @@ class OpenAIChatDialect(SSEDialect):
         return [StreamEnd(seq=seq, marker="[DONE]")]
 
     def _chunk(self, payload: Any, seq: int) -> list[Event]:
-        out = self._start(seq, payload.get("id"), payload.get("model"))
+        out = [] if self._started else self._start(seq, payload.get("id"), payload.get("model"))
         end: list[Event] = []
         for choice in payload.get("choices") or ():
             if choice.get("index", 0) != 0:
@@ -98,10 +100,10 @@ class OpenAIChatDialect(SSEDialect):
                     if not value:  # null, "" and [] say nothing
                         continue
                     handler = deltas.get(key)
-                    if handler is None:
-                        out.append(UnknownEvent(seq=seq, type="delta/" + key, raw=payload))
-                    else:
+                    if handler is not None:
                         out += handler(payload, value, seq)
+                    elif key not in self._quiet:  # undocumented (or PASS) field
+                        out.append(UnknownEvent(seq=seq, type="delta/" + key, raw=payload))
             reason = choice.get("finish_reason")
             if isinstance(reason, str) and reason:
                 end.append(finish(FINISH_REASONS, reason, seq))
@@ -121,9 +123,6 @@ class OpenAIChatDialect(SSEDialect):
         return [error_event(seq, type_, error.get("message"), retryable, payload)]
 
     # -- delta fields of choice 0 ---------------------------------------------------------------
-
-    def _part_role(self, payload: Any, value: Any, seq: int) -> list[Event]:
-        return []
 
     def _part_content(self, payload: Any, value: Any, seq: int) -> list[Event]:
         return [TextDelta(seq=seq, text=value)] if isinstance(value, str) else []
