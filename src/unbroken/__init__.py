@@ -54,6 +54,8 @@ _LAZY = {
     "Retry": "unbroken.client",
     "Stream": "unbroken.client",
     "astream": "unbroken.client",
+    "from_anthropic": "unbroken.sdk",
+    "from_openai": "unbroken.sdk",
     "stream": "unbroken.client",
 }
 
@@ -121,6 +123,8 @@ __all__ = [
     "Utf8Decoder",
     "__version__",
     "astream",
+    "from_anthropic",
+    "from_openai",
     "parse",
     "stream",
 ]

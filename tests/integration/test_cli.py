@@ -168,3 +168,32 @@ def test_no_command_prints_help_and_exit_2() -> None:
     done = unbroken()
     assert done.returncode == 2
     assert "demo" in done.stderr and "capture" in done.stderr
+
+
+def test_demo_json_reports_the_checks() -> None:
+    done = unbroken("demo", "--json", "--delay-ms", "0", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["ok"] is True
+    names = [scene["name"] for scene in result["scenes"]]
+    assert names == [
+        "chat: split characters, dropped connection, resume",
+        "responses: upstream repeats a frame",
+    ]
+    for scene in result["scenes"]:
+        assert scene["text_equal"] is True
+        assert scene["duplicated_characters"] == 0
+        assert scene["missing_characters"] == 0
+        assert scene["generations"] == 1
+        assert scene["status"] == "completed"
+        assert scene["finish_reason"] == "stop"
+    # The first scene really was cut and resumed on a second connection.
+    assert [scene["connections"] for scene in result["scenes"]] == [2, 1]
+
+
+def test_duplicated_characters_counts_exactly() -> None:
+    from unbroken.cli.demo import duplicated_characters
+
+    assert duplicated_characters("你好世界", "你好世界") == (0, 0)
+    assert duplicated_characters("你好世界", "你好你好世界") == (2, 0)
+    assert duplicated_characters("你好世界", "你好界") == (0, 1)

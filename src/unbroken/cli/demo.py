@@ -114,17 +114,20 @@ class _Cutting(httpx2.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
         sent = 0
         for chunk in self._response.stream:  # type: ignore[union-attr]
-            if sent + len(chunk) >= self._after:
-                part = chunk[: self._after - sent]
-                yield part
-                tail = part[-2:]
-                self._log.append(
-                    f"network cut after {self._after} bytes (last bytes {tail!r}: "
-                    "mid-sentence, inside a character)"
-                )
-                raise httpx2.RemoteProtocolError("demo: connection cut by the network")
-            sent += len(chunk)
-            yield chunk
+            start = max(0, self._after - sent)
+            # Cut just after the first lead byte of a multi-byte character past the mark.
+            lead = next((i for i in range(start, len(chunk)) if chunk[i] >= 0xC0), None)
+            if lead is None:
+                sent += len(chunk)
+                yield chunk
+                continue
+            part = chunk[: lead + 1]
+            yield part
+            self._log.append(
+                f"network cut after {sent + len(part)} bytes, inside the character that "
+                f"starts with byte {part[-1]:#04x}"
+            )
+            raise httpx2.RemoteProtocolError("demo: connection cut by the network")
 
     def close(self) -> None:
         self._response.close()
@@ -172,8 +175,7 @@ def _scene(
         message = s.message
         finish = message.finish_reason.value if message.finish_reason else None
         log.append(f"final status {message.status.value}, finish reason {finish} "
-                   f"(raw {message.raw_finish_reason!r}), frames deduplicated by seq: "
-                   f"{message.duplicates}")
+                   f"(raw {message.raw_finish_reason!r}); {len(message.text)} characters")
         if live is not None:
             live.update(_view(title, message.text, log, "done"))
     counts = httpx2.get(upstream + "/_mock/requests").json()
@@ -236,6 +238,7 @@ def run(arguments: argparse.Namespace) -> int:
                     with Live(console=out, refresh_per_second=12) as live:
                         results.append(_scene(**scene, proxy=proxy, upstream=upstream,
                                               live=live))
+                    out.print()
     ok = all(r.ok for r in results)
     elapsed = time.monotonic() - started
     if arguments.json:
