@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8100, help="port to bind (default 8100)")
     arguments = parser.parse_args(argv)
+    print(f"unbroken mock upstream on http://{arguments.host}:{arguments.port}", file=sys.stderr)
     serve(arguments.host, arguments.port)
     return 0
 
