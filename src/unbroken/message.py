@@ -13,6 +13,7 @@ linear in the body; ``ToolCall.value`` is parsed once, when the finish reason or
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,7 +98,7 @@ class Message:
         self.sequence_errors: list[SequenceError] = []
         self.warnings: list[TraceWarning] = []
         self.trace = Trace(enabled=trace, raw_budget=raw_budget, warnings=self.warnings)
-        self.trace._message = self
+        self.trace._message = weakref.ref(self)
         # Set by whoever fixes the seq source (the receiver, from the first frame).
         self.seq_source = seq_source
         # Gemini and the Responses API have no end marker: no warning for its absence.

@@ -207,23 +207,29 @@ class StreamReceiver:
         is_sse = self._decoder.__class__ is SSEDecoder
         source = self.seq_source
         append = frames.append
+        # Counters live in locals on the per-frame path and are written back before any call
+        # that reads them (detection, failure) and at the end.
+        seen, offset, position = self._frames_seen, self._offset, self._position
         for sse in found:
-            self._frames_seen += 1
+            seen += 1
             if dialect is None:
+                self._frames_seen, self._offset = seen, offset
                 dialect = self._detect(sse, t)
                 if dialect is None:
                     break
             try:
                 payload = dialect.load(sse)
             except PayloadError as err:
+                self._frames_seen, self._offset = seen, offset
                 self._fail_frame(err, sse, t)
                 break
             block_id = sse.block_id if is_sse else None
             if source == "position":
-                self._position += 1
-                seq = self._position
+                position += 1
+                seq = position
             elif source is None:
                 seq = self._first_seq(block_id, payload)
+                position = self._position
                 source = self.seq_source
             else:
                 seq = self._seq(block_id, payload)
@@ -231,7 +237,8 @@ class StreamReceiver:
             nbytes = sse.nbytes
             committed = commit(seq, events, t, nbytes, block_id, sse.raw)
             append(_new_frame(Frame, (seq, block_id, nbytes, t, events, committed, sse)))
-            self._offset += nbytes
+            offset += nbytes
+        self._frames_seen, self._offset, self._position = seen, offset, position
         return frames
 
     def _first_seq(self, block_id: str | None, payload: Any) -> int:

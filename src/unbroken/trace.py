@@ -30,7 +30,7 @@ Warnings are ``TraceWarning(code, detail, seq)``; the codes are:
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -112,7 +112,9 @@ class Trace:
         self.raw_bytes = 0  # raw bytes kept so far
         self.frames: list[FrameRecord] = []
         self.warnings: list[TraceWarning] = warnings if warnings is not None else []
-        self._message: Message | None = None
+        # A weak reference: the message owns its trace, and no cycle keeps 20k frames alive
+        # until the garbage collector runs.
+        self._message: Callable[[], Message | None] = _no_message
 
     def record(
         self,
@@ -175,7 +177,7 @@ class Trace:
         return "\n".join(lines) + "\n"
 
     def _verdict(self) -> str:
-        message = self._message
+        message = self._message()
         if message is None:
             return "verdict: (no message)"
         reason = "none" if message.finish_reason is None else message.finish_reason.value
@@ -188,6 +190,10 @@ class Trace:
             f"last seq {message.last_seq}, duplicates {message.duplicates}, "
             f"gaps {len(message.gaps)}{error}"
         )
+
+
+def _no_message() -> None:
+    return None
 
 
 def _raw_lines(frame: FrameRecord) -> list[str]:
