@@ -402,3 +402,39 @@ def test_documented_basic_stream() -> None:
         ["StreamEnd"],
     ]
     assert dialect.provider_seq(dialect.load(frames[0])) is None
+
+
+def test_event_name_used_when_the_data_has_no_type() -> None:
+    dialect = get_dialect("anthropic")
+    frame = ServerSentEvent(event="ping", data="{}")
+    assert dialect.events(frame, dialect.load(frame), 1) == [Ping(seq=1)]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"type": "error"},
+        {"type": "error", "error": "Overloaded"},
+        {"type": "error", "error": {"message": 529}},
+    ],
+)
+def test_error_without_a_usable_error_object(payload: dict[str, Any]) -> None:
+    assert feed([payload]) == [
+        ErrorEvent(seq=1, type="error", message="", retryable=False, raw=payload)
+    ]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        delta("text_delta", text=""),
+        delta("thinking_delta", thinking=""),
+        delta("signature_delta", signature=""),
+        {"type": "content_block_start", "index": "1", "content_block": {"type": "tool_use"}},
+        {"type": "message_delta", "delta": {}, "usage": {}},
+        {"type": "message_start", "message": {"usage": None}},
+    ],
+    ids=["text", "thinking", "signature", "tool_use-index", "empty-usage", "no-usage"],
+)
+def test_frames_that_say_nothing_are_passed_through(payload: dict[str, Any]) -> None:
+    assert feed([payload]) == passed(1, payload["type"], payload)

@@ -415,3 +415,30 @@ def test_detection() -> None:
     assert detect_dialect(sse(CASES["promptFeedback"][0])) == "gemini"
     assert detect_dialect(sse(CASES["error"][0])) == "gemini"
     assert get_dialect("gemini").provider_seq({"candidates": []}) is None
+
+
+def test_json_scalar_is_a_payload_error() -> None:
+    with pytest.raises(PayloadError, match="event data is JSON int, expected an object"):
+        get_dialect("gemini").load(sse("5"))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"usageMetadata": None},
+        parts({"text": "", "thought": True}),
+        parts({"thoughtSignature": ""}),
+        parts({"text": ""}),
+        {"candidates": [{"content": None, "index": 0}]},
+    ],
+    ids=["null-usage", "empty-thought", "empty-signature", "empty-text", "no-content"],
+)
+def test_chunks_that_say_nothing_are_passed_through(payload: dict[str, Any]) -> None:
+    assert feed([payload]) == passed(1, "response", payload)
+
+
+def test_error_as_a_bare_string() -> None:
+    payload = {"error": "quota exceeded"}
+    assert feed([payload]) == [
+        ErrorEvent(seq=1, type="error", message="quota exceeded", retryable=False, raw=payload)
+    ]

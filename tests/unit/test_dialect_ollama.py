@@ -308,3 +308,8 @@ def test_dialect_metadata_and_detection() -> None:
     decoder = NDJSONDecoder()
     [frame] = decoder.receive_data(b'{"model":"gemma3","response":"That","done":false}\n')
     assert detect_dialect(frame) == "ollama"
+
+
+def test_done_that_is_not_true_is_not_the_end() -> None:
+    payload = {"model": "llama3.2", "done": 1}
+    assert feed([FIRST, payload]) == [UnknownEvent(seq=2, type="line", raw=payload)]

@@ -368,3 +368,14 @@ def test_documented_chunks_and_detection() -> None:
         StreamEnd(seq=4, marker="[DONE]"),
     ]
     assert dialect.provider_seq(dialect.load(frames[0])) is None
+
+
+def test_fragments_that_say_nothing_are_skipped() -> None:
+    empty_call = chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]})
+    assert feed([FIRST, empty_call]) == [
+        UnknownEvent(seq=2, type="chat.completion.chunk", raw=empty_call)
+    ]
+    empty_function = chunk({"function_call": {"arguments": ""}})
+    assert feed([FIRST, empty_function]) == [
+        UnknownEvent(seq=2, type="chat.completion.chunk", raw=empty_function)
+    ]

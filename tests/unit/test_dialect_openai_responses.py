@@ -525,3 +525,16 @@ def test_detection() -> None:
     assert detect_dialect(error) == "openai-responses"
     unnamed = ServerSentEvent(event="message", data=json.dumps(MAPPED["response.created"][1]))
     assert detect_dialect(unnamed) == "openai-responses"
+
+
+def test_empty_argument_fragment_is_passed_through() -> None:
+    payload = {
+        "type": "response.function_call_arguments.delta",
+        "item_id": "fc_1",
+        "output_index": 1,
+        "delta": "",
+        "sequence_number": 5,
+    }
+    assert feed([payload]) == [
+        UnknownEvent(seq=1, type="response.function_call_arguments.delta", raw=payload)
+    ]

@@ -9,6 +9,7 @@ without moving that state: a replayed frame must not shift tool-call indexes.
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, Protocol
 
@@ -104,7 +105,7 @@ def error_event(seq: int, type_: str, message: Any, retryable: bool, raw: Any) -
     )
 
 
-class DialectBase:
+class DialectBase(ABC):
     """Duplicate-safe dispatch and ``MessageStart`` bookkeeping shared by all dialects.
 
     Subclasses set ``name``, ``framing``, ``media_type``, ``_state`` (the attribute names that
@@ -146,9 +147,11 @@ class DialectBase:
 
     def _rewind(self, seq: int) -> None:
         """Before a replayed frame: put back what the state was when ``seq`` first came."""
+        return None  # most dialects number nothing by arrival: nothing to put back
 
+    @abstractmethod
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
-        raise TypeError(f"{type(self).__name__} does not implement _events")
+        """The events of one frame; may advance the per-stream state."""
 
     def _start(self, seq: int, id_: Any, model: Any) -> list[Event]:
         """One ``MessageStart`` per stream, at the first frame that names an id or a model."""
