@@ -106,16 +106,36 @@ def frames_of(dialect: str, body: bytes) -> list[Any]:
     return events.receive_data(body) + events.receive_eof()
 
 
+class FrameReader:
+    """Reads whole frames from a streaming response, keeping its place between calls."""
+
+    def __init__(self, response: httpx2.Response, dialect: str) -> None:
+        self._chunks = response.iter_raw()
+        self._decoder: SSEDecoder | NDJSONDecoder = (
+            NDJSONDecoder() if dialect == "ollama" else SSEDecoder()
+        )
+        self._pending: list[Any] = []
+
+    def take(self, count: int) -> list[Any]:
+        """Exactly ``count`` more frames (fails if the body ends first)."""
+        while len(self._pending) < count:
+            chunk = next(self._chunks, None)
+            assert chunk is not None, f"the stream ended after {len(self._pending)} frames"
+            self._pending += self._decoder.receive_data(chunk)
+        taken, self._pending = self._pending[:count], self._pending[count:]
+        return taken
+
+    def rest(self) -> list[Any]:
+        """Every frame until the end of the body."""
+        for chunk in self._chunks:
+            self._pending += self._decoder.receive_data(chunk)
+        rest, self._pending = self._pending + self._decoder.receive_eof(), []
+        return rest
+
+
 def read_some(response: httpx2.Response, dialect: str, count: int) -> tuple[bytes, list[Any]]:
-    """Read until ``count`` whole frames arrived; the bytes of exactly those frames."""
-    decoder: SSEDecoder | NDJSONDecoder = NDJSONDecoder() if dialect == "ollama" else SSEDecoder()
-    got: list[Any] = []
-    for chunk in response.iter_raw():
-        got += decoder.receive_data(chunk)
-        if len(got) >= count:
-            break
-    assert len(got) >= count, f"the stream ended after {len(got)} frames"
-    kept = got[:count]
+    """Read ``count`` whole frames; the bytes of exactly those frames, and the frames."""
+    kept = FrameReader(response, dialect).take(count)
     return b"".join(frame.raw for frame in kept), kept
 
 

@@ -1,0 +1,204 @@
+"""Pass-through, upstream errors, cancel, disconnect policies, retention, and recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from tests.integration.test_proxy_support import (
+    CALLS,
+    KEY,
+    FrameReader,
+    frames_of,
+    free_port,
+    mock_counts,
+    read_some,
+    running_proxy,
+    stream_status,
+)
+
+from unbroken.finish import Status
+from unbroken.mock import reply_text
+from unbroken.proxy.journal import FrameRecord, SQLiteJournal, StreamMeta, StreamState
+
+pytestmark = pytest.mark.integration
+
+AUTH = {"authorization": f"Bearer {KEY}"}
+
+
+def ended_status(proxy: str, stream_id: str) -> dict[str, Any]:
+    """Poll the status (a reader on the events endpoint would count as attached) until the
+    stream ends; bounded."""
+    deadline = time.monotonic() + 10
+    while True:
+        status = stream_status(proxy, stream_id)
+        if status["status"] not in ("pending", "streaming") or time.monotonic() > deadline:
+            return status
+        time.sleep(0.02)
+
+
+def test_healthz_and_pass_through_of_non_streaming_requests(mock_server: str) -> None:
+    with running_proxy(mock_server) as (proxy, _app):
+        health = httpx2.get(proxy + "/healthz")
+        assert (health.status_code, health.json()["status"]) == (200, "ok")
+        for path, body in (
+            ("/v1/chat/completions", {"model": "m", "messages": []}),
+            ("/v1/messages", {"model": "m", "max_tokens": 5, "messages": []}),
+            ("/v1beta/models/g:generateContent", {"contents": []}),
+            ("/api/chat", {"model": "m", "messages": [], "stream": False}),
+        ):
+            headers = AUTH | {"Unbroken-Mock": "seed=2; tokens=4"}
+            direct = httpx2.post(mock_server + path, json=body, headers=headers)
+            proxied = httpx2.post(proxy + path, json=body, headers=headers)
+            assert proxied.status_code == direct.status_code == 200
+            assert proxied.content == direct.content
+            assert "unbroken-stream-id" not in proxied.headers
+        unknown = httpx2.get(proxy + "/v1/nothing-here")
+        assert unknown.status_code == 404  # the mock's answer, relayed
+    assert mock_counts(mock_server)["generations"] == {
+        "/v1/chat/completions": 2, "/v1/messages": 2,
+        "/v1beta/models/g:generateContent": 2, "/api/chat": 2,
+    }
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "anthropic"])
+def test_upstream_error_status_is_relayed_and_no_stream_is_made(mock_server: str,
+                                                               dialect: str) -> None:
+    call = CALLS[dialect]
+    with running_proxy(mock_server) as (proxy, app):
+        response = httpx2.post(proxy + call.path, json=call.body,
+                               headers=call.headers("status=429; retry_after=3"))
+        assert response.status_code == 429
+        assert response.headers["retry-after"] == "3"
+        assert "unbroken-stream-id" not in response.headers
+        assert "mock status 429" in response.text
+        assert app.producers == {}
+
+
+def test_unreachable_upstream_is_502_in_the_dialect(mock_server: str) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with running_proxy(dead) as (proxy, _app):
+        call = CALLS["anthropic"]
+        response = httpx2.post(proxy + call.path, json=call.body, headers=call.headers(""))
+        assert response.status_code == 502
+        assert response.json()["type"] == "error"
+        assert "unreachable" in response.json()["error"]["message"]
+
+
+def test_cancel_a_stalled_stream(mock_server: str) -> None:
+    call = CALLS["openai-chat"]
+    scenario = "seed=5; tokens=10; stall_after=3; stall_s=30"
+    with running_proxy(mock_server) as (proxy, app), httpx2.Client(timeout=10) as client:
+        with client.stream("POST", proxy + call.path, json=call.body,
+                           headers=call.headers(scenario)) as response:
+            stream_id = response.headers["unbroken-stream-id"]
+            reader = FrameReader(response, "openai-chat")
+            head = reader.take(3)
+            cancelled = client.post(f"{proxy}/v1/streams/{stream_id}/cancel", headers=AUTH)
+            assert cancelled.status_code == 200
+            assert cancelled.json()["status"] == "cancelled"
+            tail = reader.rest()
+        assert [frame.id for frame in head + tail] == [f"{stream_id}:{n}" for n in range(1, 5)]
+        assert '"code":"stream_cancelled"' in tail[-1].data
+        status = stream_status(proxy, stream_id)
+        assert (status["status"], status["last_seq"]) == ("cancelled", 4)
+        assert status["text"] == call.text_after(5, 10, 3)
+        assert app.producers == {}
+
+
+@pytest.mark.parametrize("policy", ["keep", "cancel"])
+def test_client_disconnect_keeps_or_cancels_the_generation(mock_server: str,
+                                                           policy: str) -> None:
+    call = CALLS["anthropic"]
+    scenario = "seed=8; tokens=30; delay_ms=20"
+    with running_proxy(mock_server, on_disconnect=policy) as (proxy, _app):
+        with httpx2.stream("POST", proxy + call.path, json=call.body,
+                           headers=call.headers(scenario), timeout=10) as response:
+            stream_id = response.headers["unbroken-stream-id"]
+            read_some(response, "anthropic", 5)
+        status = ended_status(proxy, stream_id)
+    if policy == "keep":
+        assert (status["status"], status["text"]) == ("completed", reply_text(8, 30))
+        assert status["last_seq"] == call.total(30)
+    else:
+        assert status["status"] == "cancelled"
+        assert 5 <= status["last_seq"] < call.total(30)
+        assert reply_text(8, 30).startswith(status["text"])
+    assert mock_counts(mock_server)["generations"] == {call.path: 1}
+
+
+def test_cancel_after_bounds_an_unread_generation(mock_server: str) -> None:
+    call = CALLS["ollama"]
+    scenario = "seed=8; tokens=30; stall_after=2; stall_s=30"
+    with running_proxy(mock_server, cancel_after=0.2) as (proxy, _app):
+        with httpx2.stream("POST", proxy + call.path, json=call.body,
+                           headers=call.headers(scenario), timeout=10) as response:
+            stream_id = response.headers["unbroken-stream-id"]
+            read_some(response, "ollama", 2)
+        # Nobody reads for 0.2 s: the generation is cancelled.
+        status = ended_status(proxy, stream_id)
+    assert (status["status"], status["last_seq"]) == ("cancelled", 3)
+    assert status["text"] == call.text_after(8, 30, 2)
+
+
+def test_retention_expires_streams(mock_server: str) -> None:
+    call = CALLS["openai-chat"]
+    with running_proxy(mock_server, retention=0.3, expire_every=0.1) as (proxy, app):
+        created = httpx2.post(proxy + call.path, json=call.body, headers=call.headers("tokens=2"))
+        stream_id = created.headers["unbroken-stream-id"]
+        assert stream_status(proxy, stream_id)["status"] == "completed"
+        time.sleep(0.5)
+        assert httpx2.get(f"{proxy}/v1/streams/{stream_id}", headers=AUTH).status_code == 404
+        gone = httpx2.get(f"{proxy}/v1/streams/{stream_id}/events", headers=AUTH)
+        assert gone.status_code == 404
+        # The purge runs every 0.1 s: the record itself goes too.
+        deadline = time.monotonic() + 10
+        while asyncio.run(app.journal.get(stream_id)) is not None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def test_event_source_gets_204_for_an_expired_stream(mock_server: str) -> None:
+    call = CALLS["openai-chat"]
+    # Expired but not yet purged (purging runs only every hour here).
+    with running_proxy(mock_server, retention=0.3, expire_every=3600) as (proxy, _app):
+        created = httpx2.post(proxy + call.path, json=call.body, headers=call.headers("tokens=2"))
+        stream_id = created.headers["unbroken-stream-id"]
+        token = created.headers["unbroken-stream-token"]
+        time.sleep(0.5)
+        url = f"{proxy}/v1/streams/{stream_id}/events?token={token}"
+        assert httpx2.get(url, headers={"accept": "text/event-stream"}).status_code == 204
+        assert httpx2.get(url).status_code == 404
+
+
+def test_streams_left_unfinished_are_marked_interrupted_on_start(tmp_path: Path,
+                                                                mock_server: str) -> None:
+    store = tmp_path / "crashed.db"
+    asyncio.run(_leave_unfinished(store))
+    with running_proxy(mock_server, store=f"sqlite:///{store}") as (proxy, _app):
+        status = stream_status(proxy, "ub_" + "a" * 24)
+        assert (status["status"], status["last_seq"], status["text"]) == ("interrupted", 3, "ab")
+        assert status["error"]["type"] == "proxy_restarted"
+        events = httpx2.get(f"{proxy}/v1/streams/{'ub_' + 'a' * 24}/events?after=2",
+                            headers=AUTH)
+        [last] = frames_of("anthropic", events.content)
+        assert (last.event, last.id) == ("error", f"ub_{'a' * 24}:3")
+
+
+async def _leave_unfinished(store: Path) -> None:
+    from unbroken.proxy.access import secret_hash
+
+    journal = SQLiteJournal(str(store))
+    await journal.open()
+    meta = StreamMeta(stream_id="ub_" + "a" * 24, dialect="anthropic", created=time.time(),
+                      media_type="text/event-stream", token_hash=secret_hash("t"),
+                      credential_hash=secret_hash(KEY))
+    await journal.create(meta, StreamState(status=Status.PENDING, updated=time.time()))
+    frames = [FrameRecord(1, "ping", b"{}"), FrameRecord(2, "delta", b"{}", "ab")]
+    await journal.append(meta.stream_id, frames,
+                         StreamState(status=Status.STREAMING, updated=time.time(), last_seq=2))
+    await journal.close()
