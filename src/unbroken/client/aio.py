@@ -7,8 +7,8 @@ connection that sends nothing, or only keep-alives, is cut on time.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from .capture import CaptureWriter
 from .policy import Deadlines, ResumeMode, Retry
 from .session import StreamSession
 from .sync import request_body
-from .transport import BODY_EXCERPT, as_stream_error, cut_body, httpx_timeout
+from .transport import BODY_EXCERPT, as_stream_error, cut_body, default_ssl_context, httpx_timeout
 
 __all__ = ["AsyncStream", "astream"]
 
@@ -77,23 +77,10 @@ class AsyncStream:
                 ) as response:
                     excerpt = b"" if response.is_success else await _excerpt(response)
                     session.on_response(response.status_code, response.headers, excerpt)
-                    chunks = response.aiter_raw()
-                    while True:
-                        left = session.time_left(time.monotonic())
-                        try:
-                            with anyio.fail_after(left):
-                                chunk = await chunks.__anext__()
-                        except StopAsyncIteration:
-                            break
-                        except TimeoutError:
-                            session.check_deadlines(time.monotonic() + 1e-3)
-                            raise
-                        for event in session.receive(chunk, time.monotonic()):
+                    # aclosing: leaving the block early closes the body reader at once.
+                    async with aclosing(self._body(response)) as body:
+                        async for event in body:
                             yield event
-                        if session.receiver.finished:
-                            break
-                    for event in session.on_eof(time.monotonic()):
-                        yield event
                 if not session.done:
                     raise cut_body()
             except StreamError as err:
@@ -103,6 +90,40 @@ class AsyncStream:
             if delay is not None:
                 await anyio.sleep(delay)
         session.finish(self._raise)
+
+    async def _body(self, response: httpx2.Response) -> AsyncGenerator[Event, None]:
+        """Read one body, each read bounded by the nearest deadline. Its end, clean or broken,
+        reaches the receiver (a cut frame's bytes become evidence); then a passed deadline, or
+        else the break, is the failure."""
+        session = self._session
+        chunks = response.aiter_raw()
+        broken: httpx2.TransportError | None = None
+        try:
+            while True:
+                try:
+                    with anyio.fail_after(session.time_left(time.monotonic())):
+                        chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    # fail_after fired at the nearest deadline: that deadline is the failure.
+                    overdue = session.overdue()
+                    if overdue is None:
+                        raise
+                    raise overdue from None
+                for event in session.receive(chunk, time.monotonic()):
+                    yield event
+                if session.receiver.finished:
+                    break
+        except httpx2.TransportError as exc:
+            broken = exc
+        now = time.monotonic()
+        for event in session.on_eof(now):
+            yield event
+        if not session.done:
+            session.check_deadlines(now)
+            if broken is not None:
+                raise broken
 
 
 async def _excerpt(response: httpx2.Response) -> bytes:
@@ -160,7 +181,7 @@ async def astream(
         capture=writer,
     )
     owned = client is None
-    http = client if client is not None else httpx2.AsyncClient()
+    http = client if client is not None else httpx2.AsyncClient(verify=default_ssl_context())
     s = AsyncStream(session, http, raise_on_error)
     try:
         yield s

@@ -7,13 +7,15 @@ the same generation may continue, and only when the stream's identity is verifie
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-__all__ = ["Deadlines", "ResumeMode", "Retry", "retry_after_seconds"]
+__all__ = ["Deadlines", "ResumeMode", "Retry", "retry_after_seconds", "server_retry_delay"]
 
 ResumeMode = Literal["auto", "sse", "openai-background", "none"]
 RESUME_MODES: tuple[ResumeMode, ...] = ("auto", "sse", "openai-background", "none")
@@ -60,19 +62,39 @@ class Deadlines:
     total: float | None = None
 
 
+def server_retry_delay(headers: Mapping[str, str]) -> float | None:
+    """The pause a refused request asks for: ``retry-after-ms`` (OpenAI and Azure send it, more
+    precise than whole seconds), else ``Retry-After``; None when neither is usable."""
+    millis = _non_negative(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    return retry_after_seconds(headers.get("retry-after"))
+
+
 def retry_after_seconds(value: str | None) -> float | None:
-    """``Retry-After`` as seconds: delta-seconds or an HTTP date; None when absent or unusable."""
+    """``Retry-After`` as seconds: delta-seconds or an HTTP date; None when absent or unusable
+    (negative, not finite, or not a date)."""
     if not value:
         return None
     value = value.strip()
-    try:
-        return float(value)
-    except ValueError:
-        pass
+    seconds = _non_negative(value)
+    if seconds is not None:
+        return seconds
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _non_negative(value: str | None) -> float | None:
+    """A finite, non-negative number of seconds, else None (``nan`` would break a sleep)."""
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None

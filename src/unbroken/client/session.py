@@ -32,7 +32,7 @@ from ..framing import ServerSentEvent
 from ..message import Message
 from ..receiver import StreamReceiver
 from .capture import CaptureWriter, ConnectionKind
-from .policy import RESUME_MODES, Deadlines, ResumeMode, Retry, retry_after_seconds
+from .policy import RESUME_MODES, Deadlines, ResumeMode, Retry, server_retry_delay
 
 __all__ = ["LONGEST_SERVER_DELAY", "Request", "StreamSession"]
 
@@ -137,8 +137,13 @@ class StreamSession:
 
     def time_left(self, now: float) -> float | None:
         """Seconds until the nearest deadline (async driver), or None when none applies."""
-        due = self._due(now)
+        due = self._due()
         return None if due is None else max(0.0, due[0] - now)
+
+    def next_deadline(self) -> float | None:
+        """When the nearest deadline passes (the sync driver's read watchdog), or None."""
+        due = self._due()
+        return None if due is None else due[0]
 
     # -- responses ----------------------------------------------------------------------------
 
@@ -147,7 +152,7 @@ class StreamSession:
         if self.capture is not None:
             self.capture.connection(self._kind, status, headers.items())
         if not 200 <= status < 300:
-            self._server_delay = retry_after_seconds(headers.get("retry-after"))
+            self._server_delay = server_retry_delay(headers)
             raise UpstreamStatusError(
                 status, body.decode("utf-8", "replace"), retry_after=self._server_delay
             )
@@ -194,13 +199,13 @@ class StreamSession:
 
     def overdue(self) -> StreamTimeout | None:
         """The deadline that applies now, passed or not (to name a socket timeout)."""
-        due = self._due(0.0)
-        return None if due is None else due[1]
+        due = self._due()
+        return None if due is None else _timeout_error(due[1], self.deadlines)
 
     def check_deadlines(self, now: float) -> None:
-        due = self._due(now)
+        due = self._due()
         if due is not None and now >= due[0]:
-            raise due[1]
+            raise _timeout_error(due[1], self.deadlines)
 
     def on_eof(self, now: float) -> list[Event]:
         """The body ended. Returns the last events; ``done`` tells whether the stream is over."""
@@ -227,11 +232,19 @@ class StreamSession:
         if message.finish is not None or not _retryable(error) or not self._can_continue():
             self._give_up(error)
             return None
-        if self._visible:
+        # A resume continues the same generation, so it is preferred even before anything was
+        # shown; a fresh attempt starts a new one, allowed only while nothing is visible. A
+        # generation that reported an error is not resumed: only a fresh attempt can help.
+        if not isinstance(error, ProviderError) and self._resume_target() is not None:
             self._kind = "resume"
-        else:
+        elif not self._visible:
             self._kind = "retry"
             self.receiver = StreamReceiver(self.dialect, trace=self.trace)
+            self._stream_id = self._background_id = None
+            self._last_content = None  # a new generation: its first event is awaited again
+        else:
+            self._give_up(error)
+            return None
         server = self._server_delay
         self._server_delay = None
         if server is None and self._reconnection_ms is not None:
@@ -283,19 +296,17 @@ class StreamSession:
     # -- internals ----------------------------------------------------------------------------
 
     def _give_up(self, error: StreamError) -> None:
-        if not self.message.closed:
+        message = self.message
+        if not message.closed:
             self.receiver.close(error)
-        elif self.message.error is None and self.message.finish is None:
-            self.message.error = error
+        elif message.error is None and message.finish is None:
+            # The body's end already closed the message (interrupted): record what cut it.
+            message.error = error
+            message.warn("error", f"{type(error).__name__}: {error}")
         self.done = True
-        return None
 
     def _can_continue(self) -> bool:
-        if self.failures >= self.retry.attempts:
-            return False
-        if not self._visible:
-            return True  # nothing shown yet: a fresh attempt duplicates nothing
-        return self._resume_target() is not None
+        return self.failures < self.retry.attempts
 
     def _resume_target(self) -> str | None:
         """How this stream can be resumed, or None: never replay a generation after a delta."""
@@ -338,30 +349,36 @@ class StreamSession:
         dialect = self.receiver.dialect
         return None if dialect is None else str(dialect.framing)
 
-    def _due(self, now: float) -> tuple[float, StreamTimeout] | None:
+    def _due(self) -> tuple[float, str] | None:
+        """The nearest deadline: (when, which). Called after every read, so it builds no error."""
         d = self.deadlines
-        candidates: list[tuple[float, StreamTimeout]] = []
+        due: tuple[float, str] | None = None
         if d.total is not None:
-            candidates.append(
-                (self.started + d.total, TotalTimeout(f"the stream took over {d.total} s",
-                                                      seconds=d.total))
-            )
+            due = (self.started + d.total, "total")
         if self._last_content is None:
             if d.first_event is not None:
-                candidates.append(
-                    (
-                        self._attempt_started + d.first_event,
-                        FirstEventTimeout(
-                            f"no content event within {d.first_event} s", seconds=d.first_event
-                        ),
-                    )
-                )
+                when = self._attempt_started + d.first_event
+                if due is None or when < due[0]:
+                    due = (when, "first_event")
         elif d.idle is not None:
-            since = max(self._last_content, self._connection_started)
-            candidates.append(
-                (since + d.idle, IdleTimeout(f"no content for {d.idle} s", seconds=d.idle))
-            )
-        return min(candidates, key=lambda c: c[0]) if candidates else None
+            when = max(self._last_content, self._connection_started) + d.idle
+            if due is None or when < due[0]:
+                due = (when, "idle")
+        return due
+
+
+def _timeout_error(which: str, deadlines: Deadlines) -> StreamTimeout:
+    if which == "total":
+        seconds = deadlines.total
+        assert seconds is not None
+        return TotalTimeout(f"the stream took over {seconds} s", seconds=seconds)
+    if which == "first_event":
+        seconds = deadlines.first_event
+        assert seconds is not None
+        return FirstEventTimeout(f"no content event within {seconds} s", seconds=seconds)
+    seconds = deadlines.idle
+    assert seconds is not None
+    return IdleTimeout(f"no content for {seconds} s", seconds=seconds)
 
 
 def _retryable(error: StreamError) -> bool:

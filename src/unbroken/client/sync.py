@@ -17,7 +17,14 @@ from ..message import Message
 from .capture import CaptureWriter
 from .policy import Deadlines, ResumeMode, Retry
 from .session import StreamSession
-from .transport import BODY_EXCERPT, as_stream_error, cut_body, httpx_timeout
+from .transport import (
+    BODY_EXCERPT,
+    ReadWatchdog,
+    as_stream_error,
+    cut_body,
+    default_ssl_context,
+    httpx_timeout,
+)
 
 __all__ = ["Stream", "request_body", "stream"]
 
@@ -34,6 +41,7 @@ class Stream:
         self._client = client
         self._raise = raise_on_error
         self._events: Iterator[Event] | None = None
+        self._watchdog = ReadWatchdog()
 
     @property
     def message(self) -> Message:
@@ -58,6 +66,7 @@ class Stream:
         """Stop reading; a message not yet ended is ``cancelled``."""
         if self._events is not None:
             self._events.close()  # type: ignore[attr-defined]
+        self._watchdog.close()
         if not self._session.done:
             self._session.cancel()
 
@@ -76,11 +85,7 @@ class Stream:
                 ) as response:
                     excerpt = b"" if response.is_success else _excerpt(response)
                     session.on_response(response.status_code, response.headers, excerpt)
-                    for chunk in response.iter_raw():
-                        yield from session.receive(chunk, time.monotonic())
-                        if session.receiver.finished:
-                            break
-                    yield from session.on_eof(time.monotonic())
+                    yield from self._body(response)
                 if not session.done:
                     raise cut_body()
             except StreamError as err:
@@ -89,7 +94,37 @@ class Stream:
                 delay = session.on_failure(as_stream_error(exc, session), time.monotonic())
             if delay is not None:
                 time.sleep(delay)
+        self._watchdog.close()
         session.finish(self._raise)
+
+    def _body(self, response: httpx2.Response) -> Iterator[Event]:
+        """Read one body. Its end, clean or broken, reaches the receiver (a cut frame's bytes
+        become evidence); then a passed deadline, or else the break, is the failure."""
+        session = self._session
+        watchdog = self._watchdog
+        sock = watchdog.socket_of(response)
+        chunks = response.iter_raw()
+        broken: httpx2.TransportError | None = None
+        try:
+            while True:
+                watchdog.arm(sock, session.next_deadline())
+                try:
+                    chunk = next(chunks, None)
+                finally:
+                    watchdog.disarm()
+                if chunk is None:
+                    break
+                yield from session.receive(chunk, time.monotonic())
+                if session.receiver.finished:
+                    break
+        except httpx2.TransportError as exc:
+            broken = exc
+        now = time.monotonic()
+        yield from session.on_eof(now)
+        if not session.done:
+            session.check_deadlines(now)
+            if broken is not None:
+                raise broken
 
 
 def _excerpt(response: httpx2.Response) -> bytes:
@@ -154,7 +189,7 @@ def stream(
         capture=writer,
     )
     owned = client is None
-    http = client if client is not None else httpx2.Client()
+    http = client if client is not None else httpx2.Client(verify=default_ssl_context())
     s = Stream(session, http, raise_on_error)
     try:
         yield s

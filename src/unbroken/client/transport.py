@@ -1,15 +1,36 @@
-"""What the drivers share about httpx2: timeouts and its exceptions mapped to ours."""
+"""What the drivers share about httpx2: timeouts, its exceptions mapped to ours, and the sync
+driver's read watchdog."""
 
 from __future__ import annotations
+
+import socket
+import ssl
+import threading
+import time
+from functools import cache
 
 import httpx2
 
 from ..errors import ConnectTimeout, StreamError, TransportError
 from .session import StreamSession
 
-__all__ = ["BODY_EXCERPT", "as_stream_error", "cut_body", "httpx_timeout"]
+__all__ = [
+    "BODY_EXCERPT",
+    "ReadWatchdog",
+    "as_stream_error",
+    "cut_body",
+    "default_ssl_context",
+    "httpx_timeout",
+]
 
 BODY_EXCERPT = 2048  # bytes of a non-2xx body kept on UpstreamStatusError
+
+
+@cache
+def default_ssl_context() -> ssl.SSLContext:
+    """The default client's SSL context, built once: loading the CA bundle takes ~50-100 ms, too
+    much to pay on every ``stream()`` call made without ``client=``."""
+    return httpx2.create_ssl_context()
 
 
 def httpx_timeout(session: StreamSession) -> httpx2.Timeout:
@@ -39,3 +60,71 @@ def as_stream_error(exc: httpx2.HTTPError, session: StreamSession) -> StreamErro
 def cut_body() -> TransportError:
     """The body ended cleanly but the stream did not: for retry and resume, a broken connection."""
     return TransportError("the body ended without a finish reason")
+
+
+class ReadWatchdog:
+    """Cuts a blocked sync read when the nearest content deadline passes.
+
+    httpx2 fixes one read timeout for a whole response, so a read on a connection that sends no
+    byte at all would wait for the longest deadline that may apply (``socket_read_timeout``).
+    The sync driver arms this watchdog with the nearest deadline around each read only (a slow
+    consumer between reads is not the server's fault); when the deadline passes mid-read, the
+    watchdog shuts the socket down, the read ends, and the driver reports the deadline. One
+    daemon thread per stream, started on first use.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._sock: socket.socket | None = None
+        self._due: float | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def socket_of(response: httpx2.Response) -> socket.socket | None:
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        return sock if isinstance(sock, socket.socket) else None
+
+    def arm(self, sock: socket.socket | None, due: float | None) -> None:
+        """A read on ``sock`` is about to block; cut it at ``due`` (monotonic seconds)."""
+        if sock is None or due is None:
+            return
+        with self._cond:
+            if self._closed:
+                return
+            self._sock, self._due = sock, due
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="unbroken-read-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._sock = self._due = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._sock = self._due = None
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                sock, due = self._sock, self._due
+                if sock is None or due is None:
+                    self._cond.wait()
+                    continue
+                left = due - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self._sock = self._due = None
+                try:
+                    # shutdown, not close: it wakes a recv() blocked in another thread.
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
