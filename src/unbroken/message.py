@@ -166,53 +166,48 @@ class Message:
         raw: bytes | None = None,
     ) -> bool:
         """Apply one frame's events if ``seq > last_seq``; return whether it was committed."""
-        trace = self.trace
         if seq <= self.last_seq:
             self.duplicates += 1
-            if trace.enabled:
-                trace.record(seq, block_id, nbytes, t, events, DUPLICATE, raw)
+            if self.trace.enabled:
+                self.trace.record(seq, block_id, nbytes, t, events, DUPLICATE, raw)
             return False
-        phase = self._phase
-        moves = self._moves
-        for event in events:
-            target = moves.get(event.__class__)
+        if seq != self._seen_seq + 1:
+            self._check_gap(seq)
+        if len(events) == 1:  # the common frame: one event, checked and applied in one step
+            event = events[0]
+            cls = event.__class__
+            target = self._moves.get(cls)
             if target is None:
                 return self._reject(
-                    seq, type(event).__name__, phase, events, t, nbytes, block_id, raw
+                    seq, cls.__name__, self._phase, events, t, nbytes, block_id, raw
                 )
-            if target is not phase:
-                phase = target
-                moves = MOVES[target]
-        if not events and phase in TERMINAL:  # even an empty frame may not follow the close
-            return self._reject(seq, "empty frame", phase, events, t, nbytes, block_id, raw)
-        seen = self._seen_seq
-        if seq > seen + 1 and seen >= 0 and self.seq_source in CONTIGUOUS_SOURCES:
-            self.gaps.append((seen, seq))
-            self._warn("gap", f"frames {seen + 1}..{seq - 1} never arrived", seq)
-        for event in events:
-            cls = event.__class__
             if cls is TextDelta:
                 self._text.append(event.text)  # type: ignore[union-attr]
-            elif cls is ReasoningDelta:
-                self._reasoning_delta(event)  # type: ignore[arg-type]
-            elif cls is ToolCallDelta:
-                self._tool_call_delta(event)  # type: ignore[arg-type]
-            elif cls is Usage:
-                self._usage(event)  # type: ignore[arg-type]
-            elif cls is Finish:
-                self._finish(event)  # type: ignore[arg-type]
-            elif cls is ErrorEvent:
-                self._error_event(event)  # type: ignore[arg-type]
-            elif cls is StreamEnd:
-                self.end_marker = event.marker  # type: ignore[union-attr]
-            elif cls is MessageStart:
-                self._start(event)  # type: ignore[arg-type]
-            # Ping and UnknownEvent change nothing but the trace.
-        self._phase = phase
-        self._moves = moves
+            else:
+                self._apply(event)
+            if target is not self._phase:
+                self._phase = target
+                self._moves = MOVES[target]
+        else:
+            phase = self._phase
+            moves = self._moves
+            for event in events:  # check the whole frame before applying any of it
+                target = moves.get(event.__class__)
+                if target is None:
+                    name = type(event).__name__
+                    return self._reject(seq, name, phase, events, t, nbytes, block_id, raw)
+                if target is not phase:
+                    phase = target
+                    moves = MOVES[target]
+            if not events and phase in TERMINAL:  # even an empty frame may not follow the close
+                return self._reject(seq, "empty frame", phase, events, t, nbytes, block_id, raw)
+            for event in events:
+                self._apply(event)
+            self._phase = phase
+            self._moves = moves
         self.last_seq = self._seen_seq = seq
-        if trace.enabled:
-            trace.record(seq, block_id, nbytes, t, events, COMMITTED, raw)
+        if self.trace.enabled:
+            self.trace.record(seq, block_id, nbytes, t, events, COMMITTED, raw)
         return True
 
     def close(self, error: StreamError | None = None, *, cancelled: bool = False) -> Status:
@@ -275,6 +270,32 @@ class Message:
 
     def _warn(self, code: str, detail: str, seq: int | None = None) -> None:
         self.warnings.append(TraceWarning(code=code, detail=detail, seq=seq))
+
+    def _apply(self, event: Event) -> None:
+        cls = event.__class__
+        if cls is TextDelta:
+            self._text.append(event.text)  # type: ignore[union-attr]
+        elif cls is ReasoningDelta:
+            self._reasoning_delta(event)  # type: ignore[arg-type]
+        elif cls is ToolCallDelta:
+            self._tool_call_delta(event)  # type: ignore[arg-type]
+        elif cls is Usage:
+            self._usage(event)  # type: ignore[arg-type]
+        elif cls is Finish:
+            self._finish(event)  # type: ignore[arg-type]
+        elif cls is ErrorEvent:
+            self._error_event(event)  # type: ignore[arg-type]
+        elif cls is StreamEnd:
+            self.end_marker = event.marker  # type: ignore[union-attr]
+        elif cls is MessageStart:
+            self._start(event)  # type: ignore[arg-type]
+        # Ping and UnknownEvent change nothing but the trace.
+
+    def _check_gap(self, seq: int) -> None:
+        seen = self._seen_seq
+        if seq > seen + 1 and seen >= 0 and self.seq_source in CONTIGUOUS_SOURCES:
+            self.gaps.append((seen, seq))
+            self._warn("gap", f"frames {seen + 1}..{seq - 1} never arrived", seq)
 
     def _reject(
         self,

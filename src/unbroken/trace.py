@@ -98,7 +98,7 @@ _new_record = tuple.__new__  # bypasses NamedTuple's Python-level __new__ on the
 class Trace:
     """Per-frame evidence and warnings of one message; empty (no frames) when disabled."""
 
-    __slots__ = ("_message", "enabled", "frames", "raw_budget", "raw_bytes", "warnings")
+    __slots__ = ("_message", "_rows", "enabled", "raw_budget", "raw_bytes", "warnings")
 
     def __init__(
         self,
@@ -110,7 +110,7 @@ class Trace:
         self.enabled = enabled
         self.raw_budget = raw_budget
         self.raw_bytes = 0  # raw bytes kept so far
-        self.frames: list[FrameRecord] = []
+        self._rows: list[tuple[Any, ...]] = []  # plain tuples: cheapest on the per-frame path
         self.warnings: list[TraceWarning] = warnings if warnings is not None else []
         # A weak reference: the message owns its trace, and no cycle keeps 20k frames alive
         # until the garbage collector runs.
@@ -132,9 +132,12 @@ class Trace:
                 raw = None
             else:
                 self.raw_bytes = kept
-        self.frames.append(
-            _new_record(FrameRecord, (seq, block_id, nbytes, t, events, outcome, raw))
-        )
+        self._rows.append((seq, block_id, nbytes, t, events, outcome, raw))
+
+    @property
+    def frames(self) -> list[FrameRecord]:
+        """Every frame recorded so far, oldest first."""
+        return [_new_record(FrameRecord, row) for row in self._rows]
 
     def render(self, *, raw_width: int = 60, delta_width: int = 36, max_rows: int = 8) -> str:
         """Three columns (raw lines | parsed delta | committed position), verdict, warnings.

@@ -297,6 +297,7 @@ class Dumped:
 def test_plain_dicts_and_model_dump_objects_are_accepted() -> None:
     tracked = from_openai(iter([chat("a"), Dumped(chat("b")), chat(finish="stop")]))
     assert len(list(tracked)) == 3
+    tracked.close()  # nothing to close on a plain iterator; the verdict stands
     assert (tracked.message.status, tracked.message.text) == (Status.COMPLETED, "ab")
 
 
