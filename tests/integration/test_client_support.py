@@ -27,6 +27,7 @@ from unbroken.message import Message
 from unbroken.mock import reply_deltas
 
 __all__ = [
+    "BODIES",
     "DIALECTS",
     "DRIVERS",
     "FAST_RETRY",
@@ -36,6 +37,7 @@ __all__ = [
     "Run",
     "SentRequest",
     "mock_counts",
+    "raw_body",
     "reset_mock",
     "run_stream",
 ]
@@ -125,6 +127,15 @@ _CONTROL = httpx2.Client(verify=SSL_CONTEXT, timeout=5)
 def mock_counts(base: str) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = _CONTROL.get(base + "/_mock/requests").json()
     return counts
+
+
+def raw_body(base: str, dialect: str, scenario: str) -> bytes:
+    """The body the mock streams for this request, read whole with plain httpx2 (for offsets)."""
+    response = _CONTROL.post(
+        LAYOUTS[dialect].url(base), json=BODIES[dialect], headers={"Unbroken-Mock": scenario}
+    )
+    assert response.status_code == 200
+    return response.content
 
 
 def reset_mock(base: str) -> str:
