@@ -13,6 +13,7 @@ instead of trusting the parser under test.
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -130,9 +131,13 @@ def mock_counts(base: str) -> dict[str, dict[str, int]]:
 
 
 def raw_body(base: str, dialect: str, scenario: str) -> bytes:
-    """The body the mock streams for this request, read whole with plain httpx2 (for offsets)."""
+    """The body the mock streams for this request, read whole with plain httpx2 (for offsets).
+
+    The request body is serialized as the client does it, because the mock's ids hash it."""
     response = _CONTROL.post(
-        LAYOUTS[dialect].url(base), json=BODIES[dialect], headers={"Unbroken-Mock": scenario}
+        LAYOUTS[dialect].url(base),
+        content=json.dumps(BODIES[dialect], ensure_ascii=False).encode(),
+        headers={"Unbroken-Mock": scenario, "content-type": "application/json"},
     )
     assert response.status_code == 200
     return response.content

@@ -29,6 +29,7 @@ from ..message import Message
 from ..receiver import StreamReceiver
 
 __all__ = [
+    "CANCELLED",
     "CREDENTIAL_HEADERS",
     "Capture",
     "CaptureConnection",
@@ -53,6 +54,8 @@ CREDENTIAL_HEADERS = frozenset(
 )
 _KEY_PARAM = re.compile(r"(?i)([?&](?:key|api_key|token)=)[^&#]*")
 REDACTED = "[redacted]"
+# The end record's error when the caller stopped reading: a replay ends the message cancelled.
+CANCELLED = "cancelled by the caller"
 ConnectionKind = Literal["first", "retry", "resume"]
 
 
@@ -202,20 +205,26 @@ def replay_capture(
     message, as the client did; ``resume`` continues the same one on a new connection.
     """
     sizes = list(split) if split is not None else None
+    cancelled = capture.end == "error" and capture.error == CANCELLED
+    answered = [conn for conn in capture.connections if 200 <= conn.status < 300]
     receiver: StreamReceiver | None = None
-    for conn in capture.connections:
-        if not 200 <= conn.status < 300:
-            continue
+    for index, conn in enumerate(answered):
         if receiver is None or conn.kind != "resume":
             receiver = StreamReceiver(dialect or capture.dialect, trace=trace)
         else:
             receiver = receiver.reconnect()
         for t, data in _recut(conn.reads, sizes):
+            if receiver.finished:  # the client stopped reading at a protocol error too
+                break
             receiver.receive_data(data, t)
-        last_t = conn.reads[-1][0] if conn.reads else 0.0
-        receiver.receive_eof(last_t)
+        # A caller who stopped reading never saw the last body's end.
+        if not receiver.finished and not (cancelled and index == len(answered) - 1):
+            receiver.receive_eof(conn.reads[-1][0] if conn.reads else 0.0)
     if receiver is None:
         receiver = StreamReceiver(dialect or capture.dialect, trace=trace)
+    if cancelled:
+        receiver.close(cancelled=True)
+        return receiver.message
     error: StreamError | None = None
     if capture.end == "error" and capture.error:
         error = StreamError(capture.error)

@@ -31,7 +31,7 @@ from ..finish import Status
 from ..framing import ServerSentEvent
 from ..message import Message
 from ..receiver import StreamReceiver
-from .capture import CaptureWriter, ConnectionKind
+from .capture import CANCELLED, CaptureWriter, ConnectionKind
 from .policy import RESUME_MODES, Deadlines, ResumeMode, Retry, server_retry_delay
 
 __all__ = ["LONGEST_SERVER_DELAY", "Request", "StreamSession"]
@@ -291,7 +291,7 @@ class StreamSession:
             self.receiver.close(cancelled=True)
         self.done = True
         if self.capture is not None:
-            self.capture.end("cancelled by the caller")
+            self.capture.end(CANCELLED)
 
     # -- internals ----------------------------------------------------------------------------
 
