@@ -7,7 +7,7 @@ provider says it ended), not from the parser's output.
 from __future__ import annotations
 
 import pytest
-from test_parse_bodies import DONE, chat, chat_body, chunkings, sse
+from tests.unit.test_parse_bodies import DONE, chat, chat_body, chunkings, sse
 
 from unbroken.errors import DecodingError, ProviderError
 from unbroken.finish import FinishReason, Status

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_parse_bodies import (
+from tests.unit.test_parse_bodies import (
     DONE,
     anthropic_body,
     chat,

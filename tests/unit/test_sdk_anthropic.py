@@ -8,7 +8,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
-from test_parse_bodies import anthropic_body, sse
+from tests.unit.test_parse_bodies import anthropic_body, sse
 
 from unbroken.errors import ProviderError, TransportError
 from unbroken.events import Usage

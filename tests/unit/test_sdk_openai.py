@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import httpx2
 import openai
 import pytest
-from test_parse_bodies import DONE, chat, chat_body, responses_body, sse
+from tests.unit.test_parse_bodies import DONE, chat, chat_body, responses_body, sse
 
 from unbroken.errors import ProviderError, TransportError
 from unbroken.finish import FinishReason, Status
