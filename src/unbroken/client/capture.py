@@ -225,11 +225,18 @@ def replay_capture(
     if cancelled:
         receiver.close(cancelled=True)
         return receiver.message
-    error: StreamError | None = None
+    message = receiver.message
     if capture.end == "error" and capture.error:
         error = StreamError(capture.error)
-    receiver.close(error)
-    return receiver.message
+        if not message.closed:
+            receiver.close(error)
+        elif message.error is None and message.finish is None:
+            # As the client did: the body's end closed the message, the error says what cut it.
+            message.error = error
+            message.warn("error", f"{type(error).__name__}: {error}")
+    else:
+        receiver.close()
+    return message
 
 
 def _recut(
