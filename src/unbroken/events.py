@@ -86,12 +86,18 @@ class Usage:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finish:
-    """The provider's finish reason, normalized; ``raw`` is the provider's own string."""
+    """The provider's finish reason, normalized; ``raw`` is the provider's own string.
+
+    ``final=False`` marks a finish reason that more content may still follow, as in Gemini
+    streams where every chunk may carry ``finishReason`` (there is no end sentinel): the last
+    one stands.
+    """
 
     seq: int
     status: Status
     reason: FinishReason
     raw: str
+    final: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,7 +40,7 @@ from .events import (
 from .finish import FinishReason, Status
 from .jsonparse import loads
 from .trace import COMMITTED, DEFAULT_RAW_BUDGET, DUPLICATE, REJECTED, Trace, TraceWarning
-from .transitions import MOVES, STATUS_OF_PHASE, TERMINAL, Phase, Signal
+from .transitions import MOVES, STATUS_OF_PHASE, TERMINAL, Phase, ProvisionalFinish, Signal
 
 __all__ = ["CONTIGUOUS_SOURCES", "Message", "ToolCall"]
 
@@ -124,11 +124,25 @@ class Message:
 
     @property
     def finish_reason(self) -> FinishReason | None:
+        """Normalized; ``error`` when the provider reported an error in the stream."""
+        if self._provider_failed():
+            return FinishReason.ERROR
         return None if self.finish is None else self.finish.reason
 
     @property
     def raw_finish_reason(self) -> str | None:
+        """The provider's own string; for an error in the stream, its error type."""
+        error = self.error
+        if self._provider_failed() and isinstance(error, ProviderError):
+            return self.finish.raw if self.finish is not None and self.finish.status is \
+                Status.FAILED else error.event.type
         return None if self.finish is None else self.finish.raw
+
+    def _provider_failed(self) -> bool:
+        # An error event fails the message whatever finish reason came before it.
+        return self._phase in (Phase.ERRORED, Phase.FAILED) and isinstance(
+            self.error, ProviderError
+        )
 
     @property
     def text(self) -> str:
@@ -176,7 +190,9 @@ class Message:
         if len(events) == 1:  # the common frame: one event, checked and applied in one step
             event = events[0]
             cls = event.__class__
-            target = self._moves.get(cls)
+            target = self._moves.get(
+                ProvisionalFinish if cls is Finish and not event.final else cls  # type: ignore[union-attr]
+            )
             if target is None:
                 return self._reject(
                     seq, cls.__name__, self._phase, events, t, nbytes, block_id, raw
@@ -186,13 +202,18 @@ class Message:
             else:
                 self._apply(event)
             if target is not self._phase:
+                if self._phase is Phase.PROVISIONAL and target is Phase.STREAMING:
+                    self.finish = None  # content came after all: that finish was not the end
                 self._phase = target
                 self._moves = MOVES[target]
         else:
             phase = self._phase
             moves = self._moves
             for event in events:  # check the whole frame before applying any of it
-                target = moves.get(event.__class__)
+                cls = event.__class__
+                target = moves.get(
+                    ProvisionalFinish if cls is Finish and not event.final else cls  # type: ignore[union-attr]
+                )
                 if target is None:
                     name = type(event).__name__
                     return self._reject(seq, name, phase, events, t, nbytes, block_id, raw)
@@ -201,6 +222,8 @@ class Message:
                     moves = MOVES[target]
             if not events and phase in TERMINAL:  # even an empty frame may not follow the close
                 return self._reject(seq, "empty frame", phase, events, t, nbytes, block_id, raw)
+            if self._phase is Phase.PROVISIONAL and phase is Phase.STREAMING:
+                self.finish = None
             for event in events:
                 self._apply(event)
             self._phase = phase
@@ -359,7 +382,7 @@ class Message:
         )
 
     def _finish(self, event: Finish) -> None:
-        if self.finish is None:
+        if self.finish is None or not self.finish.final:  # a provisional one is superseded
             self.finish = event
             if event.reason is FinishReason.OTHER:
                 self._warn(

@@ -39,13 +39,22 @@ from .events import (
 )
 from .finish import Status
 
-__all__ = ["MOVES", "STATUS_OF_PHASE", "TERMINAL", "TRANSITIONS", "Phase", "Signal"]
+__all__ = [
+    "MOVES",
+    "STATUS_OF_PHASE",
+    "TERMINAL",
+    "TRANSITIONS",
+    "Phase",
+    "ProvisionalFinish",
+    "Signal",
+]
 
 
 class Phase(Enum):
     PENDING = "pending"  # nothing visible yet (a start, pings or usage may have come)
     STREAMING = "streaming"  # content is arriving
     FINISHED = "finished"  # a finish reason came; the end marker has not
+    PROVISIONAL = "provisional"  # a finish reason came that more content may supersede
     DONE = "done"  # finish reason and end marker both came
     ENDED = "ended"  # the end marker came without a finish reason
     ERRORED = "errored"  # the provider reported an error in the stream
@@ -65,6 +74,10 @@ class Signal(Enum):
     RESUME = "resume"  # a resume continues an interrupted stream
 
 
+class ProvisionalFinish:
+    """The table's key for a ``Finish`` with ``final=False`` (never instantiated)."""
+
+
 CONTENT = (TextDelta, ReasoningDelta, ToolCallDelta)
 QUIET = (MessageStart, Usage, Ping, UnknownEvent)  # allowed wherever the stream is still open
 
@@ -75,6 +88,10 @@ def _open(phase: Phase, *, content: Phase | None, finish: Phase, end: Phase) -> 
     if content is not None:
         row.update(dict.fromkeys(CONTENT, content))
     row[Finish] = finish
+    # A provisional finish only holds while content may still come; after a final finish or
+    # the end marker it is one more finish reason (the first final one stands).
+    open_to_content = phase in (Phase.PENDING, Phase.STREAMING, Phase.PROVISIONAL)
+    row[ProvisionalFinish] = Phase.PROVISIONAL if open_to_content else finish
     row[StreamEnd] = end
     row[ErrorEvent] = Phase.ERRORED
     return row
@@ -95,6 +112,14 @@ _ROWS: dict[Phase, dict[object, Phase]] = {
         Signal.BROKEN: _P.INTERRUPTED,
         Signal.INVALID: _P.FAILED,
         Signal.CANCEL: _P.CANCELLED,
+    },
+    # Content after a provisional finish supersedes it (the message forgets that finish).
+    _P.PROVISIONAL: {
+        **_open(_P.PROVISIONAL, content=_P.STREAMING, finish=_P.FINISHED, end=_P.DONE),
+        Signal.EOF: _P.DECIDED,
+        Signal.BROKEN: _P.DECIDED,
+        Signal.INVALID: _P.DECIDED,
+        Signal.CANCEL: _P.DECIDED,
     },
     _P.FINISHED: {
         **_open(_P.FINISHED, content=None, finish=_P.FINISHED, end=_P.DONE),
@@ -155,6 +180,7 @@ STATUS_OF_PHASE: dict[Phase, Status] = {
     Phase.PENDING: Status.PENDING,
     Phase.STREAMING: Status.STREAMING,
     Phase.FINISHED: Status.STREAMING,
+    Phase.PROVISIONAL: Status.STREAMING,
     Phase.DONE: Status.STREAMING,
     Phase.ENDED: Status.STREAMING,
     Phase.ERRORED: Status.STREAMING,

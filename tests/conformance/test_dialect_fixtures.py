@@ -131,23 +131,8 @@ def test_fixture(golden: Path) -> None:
         assert fold(dialect, chunks) == expected, how
 
 
-ERROR_REASON = (
-    "design.md maps an error in the stream to failed / error; Message leaves finish_reason and "
-    "raw_finish_reason None after an ErrorEvent"
-)
-# Where parse() and the goldens (design.md) disagree today. strict xfail: a fix must remove them.
-KNOWN_PARSE_GAPS = {
-    "anthropic/overloaded_error": ERROR_REASON,
-    "gemini/error": ERROR_REASON,
-    "ollama/docs_error_mid_stream": ERROR_REASON,
-    "openai-chat/error_chunk": ERROR_REASON,
-    "openai-responses/error_event": ERROR_REASON,
-    "openai-responses/failed": ERROR_REASON,
-    "gemini/cookbook_streaming_rest": (
-        "gemini-pro sends finishReason STOP on every chunk; Message refuses content after the "
-        "first Finish, so only the first chunk's text survives"
-    ),
-}
+# Where parse() and the goldens (design.md) disagree. strict xfail: a fix must remove them.
+KNOWN_PARSE_GAPS: dict[str, str] = {}
 
 
 def parse_cases() -> list[Any]:

@@ -95,7 +95,13 @@ CASES: dict[str, tuple[dict[str, Any], list[Event]]] = {
         },
         [
             Usage(seq=1, input_tokens=40, total_tokens=40),
-            Finish(seq=1, status=Status.FILTERED, reason=FinishReason.CONTENT_FILTER, raw="SAFETY"),
+            Finish(
+                seq=1,
+                status=Status.FILTERED,
+                reason=FinishReason.CONTENT_FILTER,
+                raw="SAFETY",
+                final=False,
+            ),
         ],
     ),
     "error": (
@@ -234,7 +240,7 @@ def test_table_covers_the_sdk_finish_reasons() -> None:
 def test_finish_reason(raw: str, status: Status, reason: FinishReason) -> None:
     assert feed([parts({"text": "x"}, finish=raw)]) == [
         TextDelta(seq=1, text="x"),
-        Finish(seq=1, status=status, reason=reason, raw=raw),
+        Finish(seq=1, status=status, reason=reason, raw=raw, final=False),
     ]
 
 
@@ -242,18 +248,28 @@ def test_stop_after_a_function_call_is_tool_calls() -> None:
     call = parts({"functionCall": {"name": "f", "args": {}}})
     end = {"candidates": [{"content": {"role": "model"}, "finishReason": "STOP", "index": 0}]}
     assert feed([call, end]) == [
-        Finish(seq=2, status=Status.COMPLETED, reason=FinishReason.TOOL_CALLS, raw="STOP")
+        Finish(
+            seq=2, status=Status.COMPLETED, reason=FinishReason.TOOL_CALLS, raw="STOP", final=False
+        )
     ]
     assert feed([parts({"functionCall": {"name": "f"}}, finish="STOP")]) == [
         ToolCallDelta(seq=1, index=0, name="f", arguments="{}"),
-        Finish(seq=1, status=Status.COMPLETED, reason=FinishReason.TOOL_CALLS, raw="STOP"),
+        Finish(
+            seq=1, status=Status.COMPLETED, reason=FinishReason.TOOL_CALLS, raw="STOP", final=False
+        ),
     ]
 
 
 def test_max_tokens_after_a_function_call_stays_length() -> None:
     call = parts({"functionCall": {"name": "f", "args": {}}})
     assert feed([call, parts(finish="MAX_TOKENS")]) == [
-        Finish(seq=2, status=Status.TRUNCATED, reason=FinishReason.LENGTH, raw="MAX_TOKENS")
+        Finish(
+            seq=2,
+            status=Status.TRUNCATED,
+            reason=FinishReason.LENGTH,
+            raw="MAX_TOKENS",
+            final=False,
+        )
     ]
 
 
@@ -273,7 +289,13 @@ def test_max_tokens_after_a_function_call_stays_length() -> None:
 def test_every_block_reason_is_filtered(block_reason: str) -> None:
     payload = {"promptFeedback": {"blockReason": block_reason}}
     assert feed([payload]) == [
-        Finish(seq=1, status=Status.FILTERED, reason=FinishReason.CONTENT_FILTER, raw=block_reason)
+        Finish(
+            seq=1,
+            status=Status.FILTERED,
+            reason=FinishReason.CONTENT_FILTER,
+            raw=block_reason,
+            final=False,
+        )
     ]
 
 
@@ -365,7 +387,7 @@ def test_streamed_function_call_arguments_are_passed_through() -> None:
     assert feed([head]) == passed(1, "part/functionCall.partial", head)
     assert feed([head, middle]) == passed(2, "part/functionCall.partial", middle)
     assert feed([head, middle, end])[-1] == Finish(
-        seq=3, status=Status.COMPLETED, reason=FinishReason.TOOL_CALLS, raw="STOP"
+        seq=3, status=Status.COMPLETED, reason=FinishReason.TOOL_CALLS, raw="STOP", final=False
     )
 
 
@@ -390,7 +412,7 @@ def test_final_chunk_with_finish_reason_and_no_parts() -> None:
     assert feed([payload]) == [
         MessageStart(seq=1, model="gemini-2.5-flash"),
         Usage(seq=1, input_tokens=5, output_tokens=2, total_tokens=7),
-        Finish(seq=1, status=Status.COMPLETED, reason=FinishReason.STOP, raw="STOP"),
+        Finish(seq=1, status=Status.COMPLETED, reason=FinishReason.STOP, raw="STOP", final=False),
     ]
 
 

@@ -221,7 +221,9 @@ def test_an_error_event_fails_the_message_with_the_provider_error() -> None:
     assert message.error.event is event
     assert message.error.retryable is True
     assert message.text == "partial"
-    assert message.finish_reason is None
+    # design.md: an error in the stream is failed / error, the raw reason its error type.
+    assert message.finish_reason is FinishReason.ERROR
+    assert message.raw_finish_reason == "overloaded_error"
 
 
 def test_an_error_event_with_a_failing_finish_in_one_frame() -> None:
@@ -524,3 +526,39 @@ def test_not_even_an_empty_frame_commits_after_the_close() -> None:
     assert message.commit(5, []) is False
     assert message.last_seq == -1
     assert message.sequence_errors[0].kind == "empty frame"
+
+
+def provisional(seq: int, raw: str = "STOP") -> Finish:
+    return Finish(
+        seq=seq, status=Status.COMPLETED, reason=FinishReason.STOP, raw=raw, final=False
+    )
+
+
+def test_content_after_a_provisional_finish_supersedes_it() -> None:
+    # Gemini's older models put finishReason STOP on every chunk: the last one stands.
+    message = Message()
+    assert message.commit(1, [TextDelta(seq=1, text="一"), provisional(1)]) is True
+    assert message.finish_reason is FinishReason.STOP
+    assert message.commit(2, [TextDelta(seq=2, text="二")]) is True
+    assert message.finish is None
+    assert message.commit(3, [TextDelta(seq=3, text="三"), provisional(3, "MAX_TOKENS")]) is True
+    assert message.close() is Status.COMPLETED
+    assert message.text == "一二三"
+    assert message.raw_finish_reason == "MAX_TOKENS"
+    assert message.sequence_errors == []
+
+
+def test_a_provisional_finish_then_a_cut_body_still_decides() -> None:
+    message = Message()
+    message.commit(1, [TextDelta(seq=1, text="一"), provisional(1)])
+    assert message.close(TransportError("cut")) is Status.COMPLETED
+    assert message.finish_reason is FinishReason.STOP
+
+
+def test_a_provisional_finish_after_a_final_one_does_not_reopen_the_message() -> None:
+    message = finished(end=False)
+    assert message.commit(3, [provisional(3)]) is True
+    assert message.commit(4, text(4, "late")) is False
+    assert message.text == "Hello"
+    assert message.close() is Status.COMPLETED
+    assert message.raw_finish_reason == "raw-reason"

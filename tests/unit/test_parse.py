@@ -137,7 +137,7 @@ def test_end_by_an_error_in_the_stream() -> None:
     error = {"error": {"message": "The server had an error", "type": "server_error"}}
     body = sse(chat("partial")) + sse(error)
     for message in every_chunking(body):
-        assert outcome(message) == (Status.FAILED, None, None, "partial", 2)
+        assert outcome(message) == (Status.FAILED, FinishReason.ERROR, "server_error", "partial", 2)
         assert isinstance(message.error, ProviderError)
         assert message.error.event.type == "server_error"
         assert message.error.retryable is True

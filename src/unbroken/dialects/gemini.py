@@ -11,6 +11,7 @@ arrive whole (``functionCall.args`` is an object), never as argument fragments. 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from ..events import (
@@ -139,7 +140,9 @@ class GeminiDialect(SSEDialect):
         for key, handler in self._fields.items():
             if key in payload:
                 handler(payload, seq, out, end)
-        out += end
+        # No end sentinel, and some models put finishReason on every chunk: each finish reason
+        # is provisional, and the last one stands (design: "a finish reason decides").
+        out += [replace(e, final=False) if e.__class__ is Finish else e for e in end]
         return out if out else [UnknownEvent(seq=seq, type="response", raw=payload)]
 
     def _candidates(self, payload: Any, seq: int, out: list[Event], end: list[Event]) -> None:
