@@ -8,11 +8,22 @@ Line endings are CRLF, LF or a lone CR. A CR that ends one read ends its line at
 read starts with LF, that LF is the second half of a CRLF and is swallowed. So that every chunking
 gives identical events, the LF of a CRLF that *ends an event* is always counted in the next block's
 ``nbytes`` (an event dispatched on its CR cannot wait for an LF that may never come).
+
+Where blocks end: every CR or LF ends a line, except that CR LF together end one line. So two
+line-ending bytes in a row other than CR LF -- ``\\n\\n``, ``\\n\\r`` or ``\\r\\r`` -- mean the
+second one ends an empty line, and a block ends right after it; so does a line ending at the very
+start of a block. Each read is searched once, backwards, for the last such pair: everything before
+it is a region of complete blocks, decoded at once, and the rest waits in the buffer.
+
+Hot path: when every block of a region is one ``data: `` line (checked by counting line endings,
+not by looping), the region is split and decoded with a handful of C-level calls.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from operator import methodcaller
 from typing import Literal, NamedTuple
 
 from ..errors import DecodingError, EventTooLargeError, LocalProtocolError, StreamError
@@ -21,11 +32,14 @@ __all__ = ["DEFAULT_MAX_EVENT_SIZE", "SSEDecoder", "ServerSentEvent"]
 
 DEFAULT_MAX_EVENT_SIZE = 16 * 2**20
 _BOM = b"\xef\xbb\xbf"
-# A line terminator followed by the first byte of another one: the end of a block. A CR at the very
-# end of the buffer ends its line (the lookahead succeeds at the end), as the spec asks.
-_BLOCK_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)[\r\n]")
+_CR, _LF = 0x0D, 0x0A
+# The first block end at or after a position, in a region that contains a CR.
+_BLOCK_END = re.compile(rb"\n[\r\n]|\r\r")
 _LINE_BREAK = re.compile("\r\n|\r|\n")
-_EOL_BYTES = b"\r\n"
+_OPEN, _EOF, _FAILED = "open", "eof", "failed"
+# Above this many buffered bytes the copy-careful general path is taken (a huge event's bytes are
+# then copied once, not three times).
+_SMALL = 65536
 
 
 class ServerSentEvent(NamedTuple):
@@ -40,6 +54,11 @@ class ServerSentEvent(NamedTuple):
     raw: bytes = b""
 
 
+_EVENT = ServerSentEvent
+# Builds an event from a ready tuple: the NamedTuple's own ``__new__`` is Python code, 4x slower.
+_new_event = tuple.__new__
+
+
 class SSEDecoder:
     """Incremental SSE decoder: ``receive_data(chunk)`` and ``receive_eof()`` return events.
 
@@ -48,6 +67,22 @@ class SSEDecoder:
     ``max_event_size`` raises ``EventTooLargeError`` once the buffer passes the limit, without
     waiting for the rest of it.
     """
+
+    __slots__ = (
+        "_base",
+        "_buf",
+        "_cr",
+        "_decode",
+        "_errors",
+        "_head",
+        "_last_event_id",
+        "_max",
+        "_plain",
+        "_retry",
+        "_state",
+        "_swallow_lf",
+        "_unterminated",
+    )
 
     def __init__(
         self,
@@ -60,17 +95,19 @@ class SSEDecoder:
         if max_event_size < 1:
             raise ValueError("max_event_size must be positive")
         self._errors = errors
+        self._decode: Callable[[bytes], str] = (
+            bytes.decode if errors == "strict" else methodcaller("decode", "utf-8", "replace")
+        )
         self._max = max_event_size
         self._last_event_id = last_event_id
         self._retry: int | None = None
-        self._buf = bytearray()
+        self._buf = bytearray()  # from the start of the current (incomplete) block
         self._base = 0  # stream offset of self._buf[0]
-        self._start = 0  # start of the current block in self._buf
-        self._scan = 0  # where the next search for a block end resumes
         self._head: bytes | None = b""  # first bytes while a BOM may still be arriving
-        self._swallow_lf = False  # the previous block ended on a CR
-        self._saw_cr = False  # once a CR is seen, the general (regex) block search is used
-        self._state: Literal["open", "eof", "failed"] = "open"
+        self._swallow_lf = False  # the last block ended on a CR: an LF at self._buf[0] is its pair
+        self._cr = False  # a CR was seen: search all three kinds of block end, not just LF LF
+        self._state = _OPEN
+        self._plain = False  # open and past the BOM: a read without a line end is just appended
         self._unterminated = b""
 
     # -- stream-level state -------------------------------------------------------------------
@@ -98,37 +135,114 @@ class SSEDecoder:
     # -- input ----------------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> list[ServerSentEvent]:
-        if self._state != "open":
-            raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
-        if not data:
+        # Membership tests take the byte as an int: with a bytes operand CPython first tries it as
+        # an int, fails, and clears the error (5x slower).
+        if self._plain and _LF not in data and _CR not in data:
+            # No line ends in this read, so no block can.
+            buf = self._buf
+            buf += data
+            if len(buf) > self._max:
+                self._end(_FAILED)
+                raise self._too_large(self._base)
             return []
+        if self._state is not _OPEN:
+            raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
+        if data.__class__ is not bytes:
+            data = bytes(data)  # the searches below need real bytes, not a memoryview
         if self._head is not None:
-            data = self._take_head(data)
-            if not data:
-                return []
-        if not self._saw_cr and b"\r" in data:
-            self._saw_cr = True
-        self._buf += data
-        return self._guarded()
+            rest = self._take_head(data)
+            if rest is None:
+                return []  # the body so far is the start of a BOM
+            self._plain = True
+            return self.receive_data(rest)
+        cr = self._cr
+        if not cr and _CR in data:
+            cr = self._cr = True
+        buf = self._buf
+        # The hot path: every block that ends in this read is one "data: " line, LF LF or
+        # CR LF CR (LF) terminated. The blocks are split apart on the separator between two such
+        # lines; a value that still holds a line ending means some block had another shape, and
+        # that (or a decoding error) sends the read down the general path instead. It first
+        # looks in the new bytes for the last block's end pair, so that the buffer is only
+        # copied when a block is complete.
+        pair = b"\n\r" if cr else b"\n\n"
+        end = data.rfind(pair)
+        if end < 0:
+            if not (buf and buf[-1] == _LF and data[0] == pair[1]) or len(buf) > _SMALL:
+                return self._receive(data)
+        elif len(buf) > _SMALL:
+            return self._receive(data)
+        if buf:
+            end += len(buf)
+            joined = b"".join((buf, data))
+        else:
+            joined = data
+        if cr:
+            if end < 1 or joined[end - 1] != _CR:
+                return self._receive(data)
+            # A later block end of another kind (LF LF, CR CR) would be in the unfinished tail;
+            # a tail with no line ending but the LF of the last CR LF CR cannot hold one.
+            rest = joined[end + 3 :] if joined[end + 2 : end + 3] == b"\n" else joined[end + 2 :]
+            if _LF in rest or _CR in rest:
+                return self._receive(data)
+            lead = 1 if self._swallow_lf and joined[0] == _LF else 0
+            value_end = end - 1
+            sep = b"\r\n\r\ndata: "
+            size = 9 + lead  # the first block: [LF] "data: " value CR LF CR
+        else:
+            lead = 0
+            value_end = end
+            sep = b"\n\ndata: "
+            size = 8  # "data: " value LF LF
+        if not joined.startswith(b"data: ", lead) or end + 2 > self._max:
+            return self._receive(data)
+        last_id = self._last_event_id
+        new, cls, decode = _new_event, _EVENT, self._decode
+        events: list[ServerSentEvent] = []
+        append = events.append
+        start = 0
+        later = len(sep)  # a later block: [LF] "data: " value LF [CR], as long as a separator
+        complete = False
+        try:
+            for value in joined[lead + 6 : value_end].split(sep):
+                if _LF in value or (cr and _CR in value):
+                    break
+                stop = start + size + len(value)
+                append(new(cls, ("message", decode(value), last_id, None, None, stop - start,
+                                 joined[start:stop])))  # fmt: skip
+                start = stop
+                size = later
+            else:
+                complete = True
+        except UnicodeDecodeError:
+            pass
+        if not complete:
+            return self._receive(data)  # the general path decodes it (and finds any error)
+        self._buf = tail = bytearray(joined[start:])
+        self._base += start
+        self._swallow_lf = cr
+        if len(tail) > self._max:
+            self._end(_FAILED)
+            raise self._too_large(self._base, events)
+        return events
 
     def receive_eof(self) -> list[ServerSentEvent]:
-        if self._state != "open":
+        if self._state is not _OPEN:
             raise LocalProtocolError(f"receive_eof() after the decoder {self._state}")
-        self._state = "eof"
+        self._end(_EOF)
         if self._head:
             self._unterminated = self._head  # the body was only part of a BOM
             self._head = None
             return []
-        tail = bytes(self._buf[self._start :])
+        tail = bytes(self._buf)
         if self._swallow_lf and tail[:1] == b"\n":
             tail = tail[1:]
         # Complete lines of the discarded tail still set the reconnection time, as line-by-line
         # processing would; nothing is dispatched.
-        body = tail.lstrip(_EOL_BYTES)
-        self._unterminated = body
-        cut = max(body.rfind(b"\n"), body.rfind(b"\r"))
+        self._unterminated = tail
+        cut = max(tail.rfind(b"\n"), tail.rfind(b"\r"))
         if cut >= 0:
-            text = body[:cut].decode("utf-8", "replace")
+            text = tail[:cut].decode("utf-8", "replace")
             for line in _LINE_BREAK.split(text):
                 if line.startswith("retry:"):
                     self._set_retry(line[6:].removeprefix(" "))
@@ -136,112 +250,187 @@ class SSEDecoder:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _take_head(self, data: bytes) -> bytes:
-        """Strip one leading BOM, even when its three bytes arrive in separate reads."""
+    def _end(self, state: str) -> None:
+        self._state = state
+        self._plain = False
+
+    def _take_head(self, data: bytes) -> bytes | None:
+        """Strip one leading BOM, even when its three bytes arrive in separate reads.
+
+        None while the body so far could still be the start of a BOM.
+        """
         assert self._head is not None
         data = self._head + data
         if len(data) < 3 and _BOM.startswith(data):
             self._head = data
-            return b""
+            return None
         self._head = None
         if data.startswith(_BOM):
             self._base = 3
             return data[3:]
         return data
 
-    def _guarded(self) -> list[ServerSentEvent]:
+    def _too_large(
+        self, offset: int, events: list[ServerSentEvent] | None = None
+    ) -> EventTooLargeError:
+        return EventTooLargeError(
+            f"event larger than max_event_size={self._max} bytes",
+            limit=self._max,
+            offset=offset,
+            events=events,
+        )
+
+    def _receive(self, data: bytes) -> list[ServerSentEvent]:
+        """The general path: append a read, then cut and decode the complete blocks."""
+        buf = self._buf
+        searched = len(buf)
+        buf += data
         events: list[ServerSentEvent] = []
         try:
-            self._next_blocks(events)
+            self._cut(searched, events)
         except StreamError as err:
-            self._state = "failed"
+            self._end(_FAILED)
             err.events = events
             raise
         return events
 
-    def _next_blocks(self, events: list[ServerSentEvent]) -> None:
+    def _cut(self, searched: int, events: list[ServerSentEvent]) -> None:
+        """Cut the complete blocks off the buffer and decode them; ``searched`` bytes were seen."""
         buf = self._buf
-        while True:
-            start = self._start
-            if self._swallow_lf:
-                if start >= len(buf):
-                    break
-                self._swallow_lf = False
-                skip = 1 if buf[start] == 0x0A else 0
+        # Only the new bytes (and the one before them) can hold a new block end.
+        since = searched - 1 if searched else 0
+        end = buf.rfind(b"\n\n", since)
+        if self._cr:
+            end = max(end, buf.rfind(b"\n\r", since), buf.rfind(b"\r\r", since))
+        if end >= 0:
+            end += 2
+        else:
+            # No pair; but a line ending at the start of a block is a blank line by itself.
+            first = 1 if self._swallow_lf and buf[0] == _LF else 0
+            if len(buf) > first and buf[first] in (_CR, _LF):
+                end = first + 1
             else:
-                skip = 0
-            end = self._find_block_end(start + skip)
-            if end < 0:
-                if len(buf) - start > self._max:
-                    raise EventTooLargeError(
-                        f"event larger than max_event_size={self._max} bytes",
-                        limit=self._max,
-                        offset=self._base + start,
-                    )
-                if skip:  # keep the swallowed LF out of the next search
-                    self._swallow_lf = True
-                break
+                if len(buf) > self._max:
+                    raise self._too_large(self._base)
+                return
+        if end == len(buf):
+            region = bytes(buf)
+            buf.clear()
+        else:
+            with memoryview(buf) as view:
+                region = view[:end].tobytes()
+            del buf[:end]
+        base = self._base
+        swallow_lf = self._swallow_lf
+        self._base = base + end
+        self._swallow_lf = region[-1] == _CR
+        if end > self._max or not self._data_lines(region, swallow_lf, events):
+            self._blocks(region, base, swallow_lf, events)
+        if len(buf) > self._max:
+            raise self._too_large(self._base)
+
+    def _data_lines(self, region: bytes, swallow_lf: bool, events: list[ServerSentEvent]) -> bool:
+        """Decode a region whose every block is one ``data: `` line at once; False if it is not.
+
+        The shape is proved by counting, not by looping: k blocks hold exactly 2k line-ending
+        bytes of their own (LF LF, or CR LF CR plus the next block's leading LF), so when the
+        region holds no more than that, no value contains a line ending.
+        """
+        lead = 1 if swallow_lf and region[0] == _LF else 0  # the LF of the last block's CRLF
+        if not region.startswith(b"data: ", lead):
+            return False
+        size = len(region)
+        if _CR in region:  # CRLF: "data: v\r\n\r", then "\ndata: v\r\n\r", ...
+            end, sep, own_lf = b"\r\n\r", "\r\n\r\ndata: ", -1
+        else:
+            end, sep, own_lf = b"\n\n", "\n\ndata: ", 0
+        value_end = size - len(end)
+        if region.find(end, lead) == value_end:  # one block: decode in place, no copies
+            if region.count(b"\n") != 2 + own_lf + lead or (own_lf and region.count(b"\r") != 2):
+                return False
+            with memoryview(region) as view:
+                try:
+                    data = str(view[lead + 6 : value_end], "utf-8", self._errors)
+                except UnicodeDecodeError:
+                    return False  # the block-by-block path reports the exact offset
+            events.append(
+                ServerSentEvent("message", data, self._last_event_id, None, None, size, region)
+            )
+            return True
+        blocks = region.split(end)
+        if blocks.pop():
+            return False  # the region does not end with this kind of block end
+        count = len(blocks)
+        if region.count(b"\n") != 2 * count + own_lf + lead or (
+            own_lf and region.count(b"\r") != 2 * count
+        ):
+            return False
+        try:
+            text = region.decode("utf-8", self._errors)
+        except UnicodeDecodeError:
+            return False
+        datas = text[lead + 6 : -len(end)].split(sep)
+        if len(datas) != count:
+            return False  # some block does not start with "data: "
+        last_id = self._last_event_id
+        append = events.append
+        for data, block in zip(datas, blocks, strict=True):
+            raw = block + end
+            append(_new_event(_EVENT, ("message", data, last_id, None, None, len(raw), raw)))
+        return True
+
+    def _blocks(
+        self, region: bytes, base: int, swallow_lf: bool, events: list[ServerSentEvent]
+    ) -> None:
+        """Decode a region of complete blocks one block at a time (any shape)."""
+        size = len(region)
+        lf_only = _CR not in region
+        start = 0
+        while start < size:
+            text = start + 1 if swallow_lf and region[start] == _LF else start
+            if region[text] in (_CR, _LF):
+                end = text + 1  # a blank line at the start of a block
+            elif lf_only:
+                end = region.find(b"\n\n", text) + 2
+            else:
+                match = _BLOCK_END.search(region, text)
+                assert match is not None  # the region ends at a block end
+                end = match.end()
             if end - start > self._max:
-                raise EventTooLargeError(
-                    f"event larger than max_event_size={self._max} bytes",
-                    limit=self._max,
-                    offset=self._base + start,
-                )
-            self._swallow_lf = buf[end - 1] == 0x0D
-            self._start = self._scan = end
-            event = self._dispatch_block(start, skip, end)
+                raise self._too_large(base + start)
+            swallow_lf = region[end - 1] == _CR
+            event = self._block(region, start, text, end, base)
             if event is not None:
                 events.append(event)
-        if self._start:
-            del buf[: self._start]
-            self._base += self._start
-            self._scan -= self._start
-            self._start = 0
+            start = end
 
-    def _find_block_end(self, text_start: int) -> int:
-        """End offset (exclusive) of the first complete block, or -1; never rescans."""
-        buf = self._buf
-        scan = max(self._scan, text_start)
-        # A blank line at the very start of a block: the block is that line alone.
-        if scan == text_start and text_start < len(buf) and buf[text_start] in _EOL_BYTES:
-            return text_start + 1
-        if not self._saw_cr:
-            found = buf.find(b"\n\n", scan)
-            if found >= 0:
-                return found + 2
-            self._scan = max(text_start, len(buf) - 1)
-            return -1
-        match = _BLOCK_END.search(buf, scan)
-        if match is not None:
-            return match.end()
-        self._scan = max(text_start, len(buf) - 2)
-        return -1
-
-    def _dispatch_block(self, start: int, skip: int, end: int) -> ServerSentEvent | None:
-        raw = bytes(self._buf[start:end])
-        try:
-            text = raw[skip:].decode("utf-8", self._errors)
-        except UnicodeDecodeError as exc:
-            offset = self._base + start + skip + exc.start
-            raise DecodingError(
-                f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}", offset=offset
-            ) from exc
-        lines = (_LINE_BREAK.split(text) if self._saw_cr else text.split("\n"))[:-1]
+    def _block(
+        self, region: bytes, start: int, text: int, end: int, base: int
+    ) -> ServerSentEvent | None:
+        with memoryview(region) as view:
+            try:
+                block = str(view[text:end], "utf-8", self._errors)
+            except UnicodeDecodeError as exc:
+                offset = base + text + exc.start
+                raise DecodingError(
+                    f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}", offset=offset
+                ) from exc
+        lines = (block.split("\n") if "\r" not in block else _LINE_BREAK.split(block))[:-1]
         event_type = ""
         data: list[str] = []
         block_id: str | None = None
         retry: int | None = None
         for line in lines:
-            if not line:
-                continue  # the terminating blank line (or a leading one that dispatches nothing)
-            if line[0] == ":":
-                continue
+            if not line or line[0] == ":":
+                continue  # a blank line (the one that ends the block) or a comment
             colon = line.find(":")
             if colon < 0:
                 name, value = line, ""
             else:
                 name = line[:colon]
-                value = line[colon + 2 :] if line[colon + 1 : colon + 2] == " " else line[colon + 1 :]
+                value = line[colon + 1 :]
+                if value[:1] == " ":
+                    value = value[1:]
             if name == "data":
                 data.append(value)
             elif name == "event":
@@ -256,6 +445,7 @@ class SSEDecoder:
             self._last_event_id = block_id
         if not data:
             return None
+        raw = region[start:end]
         return ServerSentEvent(
             event_type or "message",
             "\n".join(data),
