@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.chunkings import sse_state, tr
 
-from chunkings import sse_state, tr
 from unbroken import SSEDecoder
 
 CASES: list[dict[str, Any]] = json.loads(

@@ -15,10 +15,15 @@ from ..errors import (
     PayloadError,
     StreamError,
 )
-from ..jsonparse import loads
+from ..jsonparse import BACKEND, loads
 from .sse import DEFAULT_MAX_EVENT_SIZE
 
 __all__ = ["JSONLine", "NDJSONDecoder"]
+
+# orjson reads bytes as strict UTF-8. The standard json.loads(bytes) does not: it sniffs UTF-16/32
+# from NUL bytes and lets encoded surrogates through, so its input is decoded strictly first.
+_LOADS_BYTES = BACKEND == "orjson"
+_BLANK = b" \t\r\n"
 
 
 class JSONLine(NamedTuple):
@@ -96,9 +101,9 @@ class NDJSONDecoder:
                 self._too_large(start)
             raw = bytes(buf[start:stop])
             self._lineno += 1
-            body = raw.strip(b" \t\r\n")
+            body = raw.strip(_BLANK)
             if body:
-                lines.append(JSONLine(self._load(body, start), self._lineno, len(raw), raw))
+                lines.append(JSONLine(self._load(raw, body, start), self._lineno, len(raw), raw))
             start = self._scan = stop
             if stop == len(buf):
                 break
@@ -106,15 +111,15 @@ class NDJSONDecoder:
         self._base += start
         self._scan -= start
 
-    def _load(self, body: bytes, start: int) -> Any:
+    def _load(self, raw: bytes, body: bytes, start: int) -> Any:
         try:
-            return loads(body)
-        except ValueError as exc:
+            return loads(body if _LOADS_BYTES else body.decode("utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError too
             offset = self._base + start
             try:
                 body.decode("utf-8")
             except UnicodeDecodeError as bad:
-                at = offset + bad.start
+                at = offset + len(raw) - len(raw.lstrip(_BLANK)) + bad.start
                 raise DecodingError(
                     f"invalid UTF-8 at stream byte offset {at} (line {self._lineno})", offset=at
                 ) from exc
