@@ -40,6 +40,7 @@ from .access import (
 )
 from .config import ProxyConfig
 from .journal import Journal, StreamMeta, StreamRecord, StreamState, journal_for
+from .logs import install_redaction
 from .replay import events_cursor, stream_response
 from .routing import Endpoint, endpoint_for, request_headers, response_headers, wants_stream
 from .upstream import Producer, UpstreamRequest
@@ -71,6 +72,7 @@ class ProxyApp:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         config = self.config
+        install_redaction()
         await self.journal.open()
         await self._recover()
         self._client = httpx2.AsyncClient(

@@ -33,6 +33,8 @@ __all__ = ["Producer", "UpstreamRequest"]
 
 log = logging.getLogger("unbroken.proxy")
 
+_MAX_IN_FLIGHT = 4096  # frames submitted but not yet committed before the reader waits
+_PROGRESS_EVERY = 1.0  # seconds a live state may be reused while only progress changes
 _RESUME_BACKOFF_S = 0.1
 _RESUME_BACKOFF_MAX_S = 2.0
 
@@ -79,6 +81,11 @@ class Producer:
         self.upstream_requests = 1
         self._stop_reason: str | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_commit: asyncio.Future[Any] | None = None
+        self._progress: StreamState | None = None  # the last state submitted while live
+        self._key: tuple[Any, ...] = ()  # what that state was made from
+        self._commit_error: BaseException | None = None
+        self._in_flight = 0
         self.task: asyncio.Task[None] | None = None
         tail.on_readers = self._readers_changed
 
@@ -138,10 +145,12 @@ class Producer:
                 if frames:
                     await self._commit(frames)
                 if receiver.finished:  # a malformed body: the message failed
-                    return None
-            frames = receiver.receive_eof(clock())
-            if frames:
-                await self._commit(frames)
+                    break
+            else:
+                frames = receiver.receive_eof(clock())
+                if frames:
+                    await self._commit(frames)
+            await self._committed()
             return None
         except httpx2.TimeoutException as exc:
             seconds = self._config.read_timeout
@@ -156,6 +165,13 @@ class Producer:
             await response.aclose()
 
     async def _commit(self, frames: list[Frame]) -> None:
+        """Submit one chunk's frames to the journal's next group commit, without waiting for
+        it: reading goes on, and readers are woken when the commit lands. (httpx yields one
+        HTTP chunk at a time, often one frame each; waiting per chunk would cost a commit and
+        a turn of the event loop per frame.) Waits only when too much is in flight."""
+        error = self._commit_error
+        if error is not None:
+            raise error
         records: list[FrameRecord] = []
         dedupe = self._receiver.seq_source == "provider"
         sse = self._sse
@@ -180,8 +196,31 @@ class Producer:
                 )
             else:
                 records.append(FrameRecord(self.seq, None, wire.raw.rstrip(b"\r\n"), text))
-        if records:
-            await self._journal.append(self.stream_id, records, self._state(final=False))
+        if not records:
+            return
+        landed = self._journal.submit(self.stream_id, records, self._state(final=False))
+        if landed is not self._last_commit:  # appends of one turn share their group commit
+            landed.add_done_callback(self._on_commit)
+            self._last_commit = landed
+        self._in_flight += len(records)
+        if self._in_flight > _MAX_IN_FLIGHT:
+            await self._committed()
+
+    def _on_commit(self, landed: asyncio.Future[Any]) -> None:
+        if landed.cancelled():
+            return
+        error = landed.exception()
+        if error is not None and self._commit_error is None:
+            self._commit_error = error
+
+    async def _committed(self) -> None:
+        """Wait until everything submitted so far is durable; raise if a commit failed."""
+        last = self._last_commit
+        if last is not None:
+            await asyncio.shield(last)
+        self._in_flight = 0
+        if self._commit_error is not None:
+            raise self._commit_error
 
     # -- upstream resume (Responses background) -----------------------------------------------
 
@@ -260,11 +299,21 @@ class Producer:
         return error_frame(self.dialect, self.seq, code, detail, provider_seq)
 
     def _state(self, *, final: bool) -> StreamState:
+        """The stream's state for the journal. While live, the previous one is reused until
+        something in it other than progress changes, or a second passed: the journal reads a
+        live stream's last seq from its frames."""
         message = self._receiver.message
+        now = time.time()
+        key = (message.finish, message.usage, message.error, message.id, self.upstream_requests)
+        if not final:
+            last = self._progress
+            if last is not None and now - last.updated < _PROGRESS_EVERY and key == self._key:
+                return last
+            self._key = key
         finish = message.finish
-        return StreamState(
+        state = StreamState(
             status=message.status if final else Status.STREAMING,
-            updated=time.time(),
+            updated=now,
             last_seq=self.seq,
             finish_reason=None if finish is None else finish.reason.value,
             raw_finish_reason=None if finish is None else finish.raw,
@@ -273,6 +322,9 @@ class Producer:
             upstream_requests=self.upstream_requests,
             provider_id=message.id,
         )
+        if not final:
+            self._progress = state
+        return state
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ Nothing secret is ever stored: credentials and stream tokens only as SHA-256 has
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
@@ -131,10 +132,12 @@ class Journal(ABC):
     async def _create(self, meta: StreamMeta, state: StreamState) -> None: ...
 
     @abstractmethod
-    async def _store(
+    def _store(
         self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
-    ) -> None:
-        """Store the frames and the new state in one transaction."""
+    ) -> asyncio.Future[None]:
+        """Store (or queue for the next group commit) the frames and the state, in one
+        transaction. Once they are durable, call ``_landed`` with them, then resolve the
+        future; appends land in the order they were made."""
 
     @abstractmethod
     async def read_after(self, stream_id: str, seq: int, limit: int) -> list[FrameRecord]:
@@ -165,20 +168,37 @@ class Journal(ABC):
             raise
         return tail
 
+    def submit(
+        self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
+    ) -> asyncio.Future[None]:
+        """Queue frames and state for the next group commit without waiting for it.
+
+        The stream's readers are woken when the commit lands; the future tells the caller when
+        (or that it failed). A producer submits once per upstream chunk and keeps reading, so
+        everything that arrived in one turn of the event loop is one transaction.
+        """
+        return self._store(stream_id, frames, state)
+
     async def append(
         self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
     ) -> None:
-        """Commit frames and state together, then wake the stream's readers.
+        """Commit frames and state together and wait until they are durable.
 
-        An append whose state is an end state closes the live tail: readers drain what is
-        stored and stop.
+        An append whose state is an end state closes the live tail once it lands: readers
+        drain what is stored and stop.
         """
         await self._store(stream_id, frames, state)
+
+    def _landed(self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState) -> None:
+        """Frames and state are durable: wake the stream's readers (and end its tail)."""
         tail = self._tails.get(stream_id)
-        if tail is not None:
-            tail.publish(frames, ended=state.ended)
-            if state.ended:
-                del self._tails[stream_id]
+        if tail is None:
+            return
+        if frames:
+            tail.publish(frames, ended=False)
+        if state.ended:
+            del self._tails[stream_id]
+            tail.close()
 
     async def set_status(self, stream_id: str, state: StreamState) -> None:
         """Change the state without frames (an append of none)."""
@@ -197,7 +217,7 @@ class Journal(ABC):
         readers drain what is stored and stop instead of waiting forever."""
         tail = self._tails.pop(stream_id, None)
         if tail is not None:
-            tail.publish((), ended=True)
+            tail.close()
 
     async def follow(
         self, stream_id: str, after: int, *, keepalive: float | None = None
@@ -212,6 +232,8 @@ class Journal(ABC):
         attached = tail = self._tails.get(stream_id)
         if attached is not None:
             attached.attach()
+        clock = asyncio.get_running_loop().time
+        quiet_since = clock()
         try:
             while True:
                 tail = self._tails.get(stream_id) if tail is not None else None
@@ -228,11 +250,15 @@ class Journal(ABC):
                 if frames:
                     yield frames
                     cursor = frames[-1].seq
+                    quiet_since = clock()
                     continue
                 if ended or tail is None:
                     return
-                if await tail.wait(keepalive) is False:
+                if keepalive is not None and clock() - quiet_since >= keepalive:
                     yield []
+                    quiet_since = clock()
+                    continue
+                await tail.wait(keepalive)
         finally:
             if attached is not None:
                 attached.detach()

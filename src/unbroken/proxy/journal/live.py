@@ -22,12 +22,15 @@ __all__ = ["LiveTail"]
 class LiveTail:
     """Recent frames of one live stream and the notification that new ones were committed."""
 
-    __slots__ = ("_changed", "_frames", "ended", "last_seq", "on_readers", "readers", "stream_id")
+    __slots__ = (
+        "_changed", "_frames", "_pulse", "ended", "last_seq", "on_readers", "readers", "stream_id"
+    )
 
     def __init__(self, stream_id: str, *, max_frames: int = 256) -> None:
         self.stream_id = stream_id
         self._frames: deque[FrameRecord] = deque(maxlen=max(1, max_frames))
         self._changed = asyncio.Event()
+        self._pulse: asyncio.TimerHandle | None = None
         self.last_seq = 0
         self.ended = False
         self.readers = 0
@@ -54,17 +57,28 @@ class LiveTail:
             return None
         return list(islice(frames, max(0, seq + 1 - frames[0].seq), None))
 
-    async def wait(self, timeout: float | None) -> bool:
-        """Wait for the next commit; False if ``timeout`` seconds passed first."""
-        if timeout is None:
-            await self._changed.wait()
-            return True
-        try:
-            async with asyncio.timeout(timeout):
-                await self._changed.wait()
-        except TimeoutError:
-            return False
-        return True
+    async def wait(self, pulse: float | None = None) -> None:
+        """Wait for the next commit, or at most about ``pulse`` seconds.
+
+        The pulse is one timer per tail, shared by its readers and armed only while one waits,
+        so a stream that flows costs no timer per frame; a woken reader decides by its own
+        clock whether it has been quiet long enough to send a keep-alive.
+        """
+        if pulse is not None and self._pulse is None:
+            self._pulse = asyncio.get_running_loop().call_later(pulse, self._on_pulse)
+        await self._changed.wait()
+
+    def _on_pulse(self) -> None:
+        self._pulse = None
+        self._changed.set()
+        self._changed.clear()
+
+    def close(self) -> None:
+        """The stream ended: wake every reader one last time and drop the timer."""
+        if self._pulse is not None:
+            self._pulse.cancel()
+            self._pulse = None
+        self.publish((), ended=True)
 
     def attach(self) -> None:
         self.readers += 1

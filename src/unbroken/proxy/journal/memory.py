@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...finish import END_STATES
 from .base import FrameRecord, Journal, StreamMeta, StreamRecord, StreamState
@@ -31,16 +32,23 @@ class MemoryJournal(Journal):
             raise KeyError(f"stream {meta.stream_id!r} exists")
         self._streams[meta.stream_id] = _Stored(meta=meta, state=state)
 
-    async def _store(
+    def _store(
         self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
-    ) -> None:
-        stored = self._streams[stream_id]
-        expected = len(stored.frames) + 1
-        for offset, frame in enumerate(frames):
-            if frame.seq != expected + offset:
-                raise ValueError(f"stream {stream_id}: seq {frame.seq}, expected {expected}")
+    ) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        stored = self._streams.get(stream_id)
+        expected = 1 if stored is None else len(stored.frames) + 1
+        bad = next((f.seq for i, f in enumerate(frames) if f.seq != expected + i), None)
+        if stored is None or bad is not None:
+            problem = f"unknown stream {stream_id!r}" if stored is None else (
+                f"stream {stream_id}: seq {bad}, expected the next after {expected - 1}")
+            future.set_exception(KeyError(problem) if stored is None else ValueError(problem))
+            return future
         stored.frames.extend(frames)
         stored.state = state
+        self._landed(stream_id, frames, state)
+        future.set_result(None)
+        return future
 
     async def read_after(self, stream_id: str, seq: int, limit: int) -> list[FrameRecord]:
         stored = self._streams.get(stream_id)
@@ -54,7 +62,11 @@ class MemoryJournal(Journal):
         if stored is None:
             return None
         text = "".join(frame.text for frame in stored.frames) if with_text else ""
-        return StreamRecord(meta=stored.meta, state=stored.state, text=text)
+        # A live stream's state is rewritten lazily; its frames always know the last seq.
+        state = stored.state
+        if state.last_seq < len(stored.frames):
+            state = replace(state, last_seq=len(stored.frames))
+        return StreamRecord(meta=stored.meta, state=state, text=text)
 
     async def _purge(self, older_than: float, keep: frozenset[str]) -> int:
         gone = [

@@ -1,10 +1,13 @@
 """``SQLiteJournal``: the default journal, one SQLite file in WAL mode.
 
-Writes go through one writer thread that owns the only write connection: every append queued
-while the previous transaction ran is committed in the next one (group commit across streams),
-with ``synchronous=NORMAL`` (durable against a process crash; a power cut may lose the last
-commits). Reads run on a small thread pool with their own read-only connections; in WAL mode they
-never block the writer, and the event loop never waits on the disk.
+Writes are group-committed on the event loop's own thread: every append made while the loop
+handled one round of ready sockets is queued, and one transaction, run once at the start of the
+next round, commits them all (across streams), then wakes the callers. No thread hand-off sits on
+the hot path: with the GIL, a hop to a writer thread and back costs more than the commit, whose
+``synchronous=NORMAL`` in WAL mode is a ``write()`` to the log and no ``fsync``. The one slow
+thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop: automatic
+checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
+their own connection; in WAL mode readers never block the writer, nor it them.
 
 Schema (``PRAGMA user_version`` = 1)::
 
@@ -18,11 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from ...finish import END_STATES, Status
@@ -71,10 +72,11 @@ _UPDATE_STATE: Final = (
     "last_seq = ?, usage = ?, error = ?, upstream_requests = ?, provider_id = ? "
     "WHERE stream_id = ?"
 )
-_MAX_BATCH: Final = 256  # queued writes folded into one transaction
-_READ_THREADS: Final = 2
+CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the event loop)
+STATE_EVERY: Final = 1.0  # seconds between rewrites of a live stream's row for progress alone
 
 Write = Callable[[sqlite3.Connection], Any]
+_INSERT_FRAMES: Final = "INSERT INTO frames VALUES (?, ?, ?, ?, ?)"
 
 
 def _connect(path: str, *, read_only: bool) -> sqlite3.Connection:
@@ -83,6 +85,8 @@ def _connect(path: str, *, read_only: bool) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     if read_only:
         conn.execute("PRAGMA query_only=1")
+    else:
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it
     return conn
 
 
@@ -94,108 +98,72 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-class _Writer(threading.Thread):
-    """The one thread that writes; resolves each caller's future on the event loop."""
+class _Checkpointer(threading.Thread):
+    """Moves the WAL into the database file every ``every`` seconds, off the event loop."""
 
-    def __init__(self, path: str, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(name="unbroken-journal-writer", daemon=True)
+    def __init__(self, path: str, every: float) -> None:
+        super().__init__(name="unbroken-journal-checkpoint", daemon=True)
         self._path = path
-        self._loop = loop
-        self._queue: queue.SimpleQueue[tuple[Write, asyncio.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
-        self.commits = 0  # transactions committed (for tests and benchmarks)
-
-    def submit(self, write: Write) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = self._loop.create_future()
-        self._queue.put((write, future))
-        return future
-
-    def stop(self) -> None:
-        self._queue.put(None)
-        self.join()
+        self._every = every
+        self._stopping = threading.Event()
 
     def run(self) -> None:
         conn = _connect(self._path, read_only=False)
         try:
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    return
-                batch = [item]
-                stopping = False
-                while len(batch) < _MAX_BATCH:
-                    try:
-                        more = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is None:
-                        stopping = True
-                        break
-                    batch.append(more)
-                outcomes = self._commit(conn, batch)
-                try:
-                    self._loop.call_soon_threadsafe(_resolve, outcomes)
-                except RuntimeError:  # the loop closed under us: nobody is waiting any more
-                    return
-                if stopping:
-                    return
+            while not self._stopping.wait(self._every):
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
             conn.close()
 
-    def _commit(
-        self, conn: sqlite3.Connection, batch: list[tuple[Write, asyncio.Future[Any]]]
-    ) -> list[tuple[asyncio.Future[Any], Any, BaseException | None]]:
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join()
+
+
+class _Batch:
+    """Everything queued for one group commit, and the one future its writers await."""
+
+    __slots__ = ("appends", "future", "rows", "updates", "writes")
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+        self.writes: list[Write] = []  # creates and purges, in order, before the frames
+        self.rows: list[tuple[Any, ...]] = []  # frame rows of every append
+        self.updates: list[tuple[Any, ...]] = []  # stream rows to rewrite
+        self.appends: list[tuple[str, Sequence[FrameRecord], StreamState]] = []
+
+    def commit(self, conn: sqlite3.Connection) -> list[Any]:
+        """One transaction for the whole batch: all of it lands, or none (it is rolled back)."""
+        conn.execute("BEGIN")
         try:
-            conn.execute("BEGIN")
-            results: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = [
-                (future, write(conn), None) for write, future in batch
-            ]
+            results = [write(conn) for write in self.writes]
+            if self.rows:
+                conn.executemany(_INSERT_FRAMES, self.rows)
+            if self.updates:
+                updated = conn.executemany(_UPDATE_STATE, self.updates).rowcount
+                if updated != len(self.updates):
+                    raise KeyError("an append names a stream that does not exist")
             conn.execute("COMMIT")
-            self.commits += 1
-            return results
-        except Exception:
+        except BaseException:
             conn.execute("ROLLBACK")
-        # One write failed: run each alone so only the faulty one reports the error.
-        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-        for write, future in batch:
-            try:
-                conn.execute("BEGIN")
-                result = write(conn)
-                conn.execute("COMMIT")
-                self.commits += 1
-                outcomes.append((future, result, None))
-            except Exception as error:
-                conn.execute("ROLLBACK")
-                outcomes.append((future, None, error))
-        return outcomes
-
-
-def _resolve(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    for future, result, error in outcomes:
-        if future.cancelled():
-            continue
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
+            raise
+        return results
 
 
 class SQLiteJournal(Journal):
     """Streams and frames in one SQLite file (WAL); survives a restart of the proxy."""
 
-    def __init__(self, path: str, *, tail_frames: int = 256) -> None:
+    def __init__(self, path: str, *, tail_frames: int = 256,
+                 checkpoint_every: float = CHECKPOINT_EVERY) -> None:
         super().__init__(tail_frames=tail_frames)
         self.path = path
-        self._writer: _Writer | None = None
-        self._readers: ThreadPoolExecutor | None = None
-        self._local = threading.local()
-        self._read_conns: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-
-    @property
-    def commits(self) -> int:
-        return 0 if self._writer is None else self._writer.commits
+        self.commits = 0  # transactions committed (for tests and benchmarks)
+        self._checkpoint_every = checkpoint_every
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._checkpointer: _Checkpointer | None = None
+        self._batch: _Batch | None = None  # what the next group commit holds
+        self._written: dict[str, StreamState] = {}  # the state last written, per live stream
 
     async def open(self) -> None:
         setup = _connect(self.path, read_only=False)
@@ -210,44 +178,71 @@ class SQLiteJournal(Journal):
             setup.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         finally:
             setup.close()
-        self._writer = _Writer(self.path, asyncio.get_running_loop())
-        self._writer.start()
-        self._readers = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="unbroken-journal")
+        self._writer = _connect(self.path, read_only=False)
+        self._reader = _connect(self.path, read_only=True)
+        self._checkpointer = _Checkpointer(self.path, self._checkpoint_every)
+        self._checkpointer.start()
         await super().open()
 
     async def close(self) -> None:
+        if self._batch is not None:
+            self._flush()
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.stop)
+            self._checkpointer = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._writer is not None:
-            await asyncio.to_thread(self._writer.stop)
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._writer.close()
             self._writer = None
-        if self._readers is not None:
-            self._readers.shutdown(wait=True)
-            self._readers = None
-        with self._lock:
-            for conn in self._read_conns:
-                conn.close()
-            self._read_conns.clear()
         await super().close()
 
     # -- plumbing -----------------------------------------------------------------------------
 
+    def _next_batch(self) -> _Batch:
+        """The batch the next group commit holds; the first write of a turn schedules it."""
+        batch = self._batch
+        if batch is None:
+            if self._writer is None:
+                raise RuntimeError("the journal is not open")
+            loop = asyncio.get_running_loop()
+            batch = self._batch = _Batch(loop.create_future())
+            loop.call_soon(self._flush)
+        return batch
+
     async def _write(self, write: Write) -> Any:
-        if self._writer is None:
-            raise RuntimeError("the journal is not open")
-        return await self._writer.submit(write)
+        """Run ``write`` in the next group commit; its result once the commit landed."""
+        batch = self._next_batch()
+        index = len(batch.writes)
+        batch.writes.append(write)
+        results = await asyncio.shield(batch.future)
+        return results[index]
 
-    async def _read(self, read: Callable[[sqlite3.Connection], Any]) -> Any:
-        if self._readers is None:
-            raise RuntimeError("the journal is not open")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, self._run_read, read)
+    def _flush(self) -> None:
+        """Commit the batch, wake the readers of what landed (in order), then the writers."""
+        batch, self._batch = self._batch, None
+        if batch is None:
+            return
+        try:
+            if self._writer is None:
+                raise RuntimeError("the journal closed")
+            results = batch.commit(self._writer)
+        except Exception as error:  # every writer of the batch learns it
+            if not batch.future.cancelled():
+                batch.future.set_exception(error)
+            return
+        self.commits += 1
+        for stream_id, frames, state in batch.appends:
+            self._landed(stream_id, frames, state)
+        if not batch.future.cancelled():
+            batch.future.set_result(results)
 
-    def _run_read(self, read: Callable[[sqlite3.Connection], Any]) -> Any:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = _connect(self.path, read_only=True)
-            with self._lock:
-                self._read_conns.append(conn)
-        return read(conn)
+    def _read(self, read: Callable[[sqlite3.Connection], Any]) -> Any:
+        if self._reader is None:
+            raise RuntimeError("the journal is not open")
+        return read(self._reader)
 
     # -- storage ------------------------------------------------------------------------------
 
@@ -260,28 +255,38 @@ class SQLiteJournal(Journal):
             json.dumps(list(meta.response_headers)),
         )
         sql = f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES ({', '.join('?' * len(row))})"
+
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(sql, row)
 
         await self._write(write)
+        self._written[meta.stream_id] = state
 
-    async def _store(
+    def _store(
         self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
-    ) -> None:
-        rows = [(stream_id, f.seq, f.event, f.data, f.text or None) for f in frames]
-        update = (
-            state.updated, state.status.value, state.finish_reason, state.raw_finish_reason,
-            state.last_seq, _dumps(state.usage), _dumps(state.error), state.upstream_requests,
-            state.provider_id, stream_id,
-        )
-
-        def write(conn: sqlite3.Connection) -> None:
-            if rows:
-                conn.executemany("INSERT INTO frames VALUES (?, ?, ?, ?, ?)", rows)
-            if conn.execute(_UPDATE_STATE, update).rowcount != 1:
-                raise KeyError(f"unknown stream {stream_id!r}")
-
-        await self._write(write)
+    ) -> asyncio.Future[Any]:
+        batch = self._next_batch()
+        batch.rows += [(stream_id, f.seq, f.event, f.data, f.text or None) for f in frames]
+        batch.appends.append((stream_id, frames, state))
+        # The stream's row is rewritten when something in it changes, but only about once a
+        # second for progress alone: a live stream's last seq is read from its frames anyway.
+        written = self._written.get(stream_id)
+        if (
+            written is None
+            or state.ended
+            or state.updated - written.updated >= STATE_EVERY
+            or _material(state) != _material(written)
+        ):
+            batch.updates.append((
+                state.updated, state.status.value, state.finish_reason, state.raw_finish_reason,
+                state.last_seq, _dumps(state.usage), _dumps(state.error),
+                state.upstream_requests, state.provider_id, stream_id,
+            ))
+            if state.ended:
+                self._written.pop(stream_id, None)
+            else:
+                self._written[stream_id] = state
+        return batch.future
 
     async def read_after(self, stream_id: str, seq: int, limit: int) -> list[FrameRecord]:
         def read(conn: sqlite3.Connection) -> list[FrameRecord]:
@@ -292,7 +297,7 @@ class SQLiteJournal(Journal):
             ).fetchall()
             return [FrameRecord(s, e, d, t or "") for s, e, d, t in rows]
 
-        result: list[FrameRecord] = await self._read(read)
+        result: list[FrameRecord] = self._read(read)
         return result
 
     async def get(self, stream_id: str, *, with_text: bool = True) -> StreamRecord | None:
@@ -304,18 +309,19 @@ class SQLiteJournal(Journal):
                 ).fetchone()
                 if row is None:
                     return None
-                if not with_text:
-                    return _record(row, "")
-                texts = conn.execute(
+                (last_seq,) = conn.execute(
+                    "SELECT MAX(seq) FROM frames WHERE stream_id = ?", (stream_id,)
+                ).fetchone()
+                texts = [] if not with_text else conn.execute(
                     "SELECT text FROM frames WHERE stream_id = ? AND text IS NOT NULL "
                     "ORDER BY seq",
                     (stream_id,),
                 ).fetchall()
             finally:
                 conn.execute("COMMIT")
-            return _record(row, "".join(text for (text,) in texts))
+            return _record(row, "".join(text for (text,) in texts), last_seq)
 
-        result: StreamRecord | None = await self._read(read)
+        result: StreamRecord | None = self._read(read)
         return result
 
     async def _purge(self, older_than: float, keep: frozenset[str]) -> int:
@@ -341,11 +347,17 @@ class SQLiteJournal(Journal):
             ).fetchall()
             return [stream_id for (stream_id,) in rows]
 
-        result: list[str] = await self._read(read)
+        result: list[str] = self._read(read)
         return result
 
 
-def _record(row: tuple[Any, ...], text: str) -> StreamRecord:
+def _material(state: StreamState) -> tuple[Any, ...]:
+    """What in a state must be written at once (progress alone may wait)."""
+    return (state.status, state.finish_reason, state.raw_finish_reason, state.usage,
+            state.error, state.upstream_requests, state.provider_id)
+
+
+def _record(row: tuple[Any, ...], text: str, frames_last_seq: int | None) -> StreamRecord:
     (
         stream_id, dialect, created, updated, status, finish_reason, raw_finish_reason,
         last_seq, usage, error, upstream_requests, provider_id, credential_hash, token_hash,
@@ -364,7 +376,7 @@ def _record(row: tuple[Any, ...], text: str) -> StreamRecord:
     state = StreamState(
         status=Status(status),
         updated=updated,
-        last_seq=last_seq,
+        last_seq=max(last_seq, frames_last_seq or 0),
         finish_reason=finish_reason,
         raw_finish_reason=raw_finish_reason,
         usage=_loads(usage),
