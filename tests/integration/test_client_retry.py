@@ -349,3 +349,18 @@ async def test_an_interrupted_stream_raises_interrupted_with_the_partial_message
     assert run.error.message is run.message
     assert run.message.text == reply_text(0, 4)
     assert run.message.status is Status.INTERRUPTED
+
+
+@pytest.mark.timeout(15)
+@pytest.mark.parametrize("driver", DRIVERS)
+async def test_a_slow_caller_is_not_an_idle_server(mock: str, driver: str) -> None:
+    # The caller takes longer over each event than idle_timeout; the server never stalls.
+    layout = LAYOUTS["openai-chat"]
+    run = await run_stream(
+        driver, layout.url(mock), dialect="openai-chat", scenario="tokens=3; delay_ms=50",
+        idle_timeout=0.3, first_event_timeout=0.3, caller_pause=0.5,
+    )
+    assert run.error is None
+    assert run.message.status is Status.COMPLETED
+    assert run.message.text == run.shown == reply_text(0, 3)
+    assert run.connections == 1

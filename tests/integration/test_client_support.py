@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpx2
 
 from unbroken.client import Retry, astream, stream
@@ -183,10 +185,13 @@ async def run_stream(
     body: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
     stop_after: int | None = None,
+    caller_pause: float = 0.0,
     **options: Any,
 ) -> Run:
     """Stream ``url`` with ``driver`` and collect everything; ``stop_after=n`` leaves the block
-    after the n-th text delta. ``scenario`` is one scenario or one per attempt."""
+    after the n-th text delta; ``caller_pause`` is how long the caller dwells on each event
+    (``time.sleep`` in the sync driver, ``anyio.sleep`` in the async one). ``scenario`` is one
+    scenario or one per attempt."""
     scenarios = [scenario] if isinstance(scenario, str) else list(scenario)
     recorder = _Recorder(scenarios)
     options.setdefault("retry", FAST_RETRY)
@@ -206,6 +211,8 @@ async def run_stream(
                 with stream("POST", url, client=client, **kwargs) as s:
                     for event in s:
                         events.append(event)
+                        if caller_pause:
+                            time.sleep(caller_pause)
                         if _should_stop(events, stop_after):
                             break
             except StreamError as err:
@@ -219,6 +226,8 @@ async def run_stream(
             async with astream("POST", url, client=aclient, **kwargs) as a:
                 async for event in a:
                     events.append(event)
+                    if caller_pause:
+                        await anyio.sleep(caller_pause)
                     if _should_stop(events, stop_after):
                         break
         except StreamError as err:

@@ -93,6 +93,7 @@ class StreamSession:
         self._attempt_started = started
         self._connection_started = started
         self._last_content: float | None = None
+        self._read_end: float | None = None  # when the last read was taken in (see reading())
         self._visible = False  # a content delta reached the caller: no more fresh attempts
         self._server_delay: float | None = None
         self._stream_id: str | None = None  # Unbroken-Stream-Id response header
@@ -139,6 +140,18 @@ class StreamSession:
         """Seconds until the nearest deadline (async driver), or None when none applies."""
         due = self._due()
         return None if due is None else max(0.0, due[0] - now)
+
+    def reading(self, now: float) -> None:
+        """The driver is about to wait for bytes. The time the caller spent since the last read
+        is not the server's silence: the content deadlines (not the total one) move by it."""
+        end = self._read_end
+        if end is not None and now > end:
+            paused = now - end
+            self._attempt_started += paused
+            self._connection_started += paused
+            if self._last_content is not None:
+                self._last_content += paused
+        self._read_end = None
 
     def next_deadline(self) -> float | None:
         """When the nearest deadline passes (the sync driver's read watchdog), or None."""
@@ -195,6 +208,7 @@ class StreamSession:
                 out.append(event)
         if not self.receiver.finished:
             self.check_deadlines(now)
+        self._read_end = now
         return out
 
     def overdue(self) -> StreamTimeout | None:

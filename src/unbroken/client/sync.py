@@ -107,6 +107,7 @@ class Stream:
         broken: httpx2.TransportError | None = None
         try:
             while True:
+                session.reading(time.monotonic())
                 watchdog.arm(sock, session.next_deadline())
                 try:
                     chunk = next(chunks, None)

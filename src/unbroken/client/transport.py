@@ -71,6 +71,11 @@ class ReadWatchdog:
     consumer between reads is not the server's fault); when the deadline passes mid-read, the
     watchdog shuts the socket down, the read ends, and the driver reports the deadline. One
     daemon thread per stream, started on first use.
+
+    Arming happens once per HTTP chunk, so it takes no lock while the thread already sleeps
+    until a time no later than the new deadline: it will look again by then. The thread clears
+    ``_wakes_at`` before it reads the state and ``arm`` stores the state before it reads
+    ``_wakes_at``, so one of them always sees the other.
     """
 
     def __init__(self) -> None:
@@ -79,6 +84,7 @@ class ReadWatchdog:
         self._due: float | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._wakes_at: float | None = None  # when the thread looks next; None: on notify only
 
     @staticmethod
     def socket_of(response: httpx2.Response) -> socket.socket | None:
@@ -90,10 +96,14 @@ class ReadWatchdog:
         """A read on ``sock`` is about to block; cut it at ``due`` (monotonic seconds)."""
         if sock is None or due is None:
             return
+        self._sock, self._due = sock, due
+        wakes_at = self._wakes_at
+        if wakes_at is not None and wakes_at <= due:
+            return
         with self._cond:
             if self._closed:
+                self._sock = self._due = None
                 return
-            self._sock, self._due = sock, due
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="unbroken-read-watchdog", daemon=True
@@ -102,8 +112,7 @@ class ReadWatchdog:
             self._cond.notify()
 
     def disarm(self) -> None:
-        with self._cond:
-            self._sock = self._due = None
+        self._sock = self._due = None
 
     def close(self) -> None:
         with self._cond:
@@ -114,12 +123,14 @@ class ReadWatchdog:
     def _run(self) -> None:
         with self._cond:
             while not self._closed:
+                self._wakes_at = None
                 sock, due = self._sock, self._due
                 if sock is None or due is None:
                     self._cond.wait()
                     continue
                 left = due - time.monotonic()
                 if left > 0:
+                    self._wakes_at = due
                     self._cond.wait(left)
                     continue
                 self._sock = self._due = None
