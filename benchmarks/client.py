@@ -29,14 +29,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import httpx2
 import openai
 from httpx_sse import connect_sse
 
-import unbroken
+from unbroken.client import astream, stream
 from unbroken.jsonparse import BACKEND
 from unbroken.mock import reply_text
 
@@ -108,7 +107,7 @@ def peers(base: str, deltas: int) -> dict[str, tuple[str, Peer]]:
 
     def unbroken_stream(trace: bool) -> Peer:
         def run() -> tuple[str, int]:
-            with unbroken.stream("POST", url, dialect="openai-chat", json=BODY, headers=headers,
+            with stream("POST", url, dialect="openai-chat", json=BODY, headers=headers,
                                  client=h2, trace=trace) as s:
                 text = "".join(s.iter_text())
             return text, s.message.last_seq
@@ -117,7 +116,7 @@ def peers(base: str, deltas: int) -> dict[str, tuple[str, Peer]]:
 
     def unbroken_astream(trace: bool) -> Peer:
         async def run() -> tuple[str, int]:
-            async with unbroken.astream("POST", url, dialect="openai-chat", json=BODY,
+            async with astream("POST", url, dialect="openai-chat", json=BODY,
                                         headers=headers, client=ah2, trace=trace) as s:
                 text = "".join([t async for t in s.iter_text()])
             return text, s.message.last_seq
@@ -127,11 +126,11 @@ def peers(base: str, deltas: int) -> dict[str, tuple[str, Peer]]:
     def openai_sdk() -> tuple[str, int]:
         parts: list[str] = []
         frames = 0
-        stream = sdk.chat.completions.create(
+        chunks = sdk.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
             extra_headers=headers,
         )
-        for chunk in stream:
+        for chunk in chunks:
             frames += 1
             if chunk.choices and chunk.choices[0].delta.content:
                 parts.append(chunk.choices[0].delta.content)
