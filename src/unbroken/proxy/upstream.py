@@ -86,6 +86,8 @@ class Producer:
         self._key: tuple[Any, ...] = ()  # what that state was made from
         self._commit_error: BaseException | None = None
         self._in_flight = 0
+        self._inbox: list[bytes] = []  # chunks read this turn, parsed by _drain
+        self._drain_scheduled = False
         self.task: asyncio.Task[None] | None = None
         tail.on_readers = self._readers_changed
 
@@ -136,20 +138,31 @@ class Producer:
             self._journal.release(self.stream_id)
 
     async def _pump(self, response: httpx2.Response) -> StreamError | None:
-        """Read one upstream response to its end; the error that broke it, if any."""
+        """Read one upstream response to its end; the error that broke it, if any.
+
+        httpx yields one HTTP chunk at a time, often one frame each. Chunks are only collected
+        here; ``_drain`` parses and submits all of them once per turn of the event loop, so a
+        burst costs one parse call and one journal append, not one per frame.
+        """
         receiver = self._receiver
-        clock = time.monotonic
+        inbox = self._inbox
         try:
-            async for chunk in response.aiter_raw():
-                frames = receiver.receive_data(chunk, clock())
+            try:
+                async for chunk in response.aiter_raw():
+                    inbox.append(chunk)
+                    if not self._drain_scheduled:
+                        self._drain_scheduled = True
+                        asyncio.get_running_loop().call_soon(self._drain)
+                    if receiver.finished:  # a malformed body: the message failed
+                        break
+                    if self._in_flight > _MAX_IN_FLIGHT or self._commit_error is not None:
+                        await self._committed()
+            finally:
+                self._drain()
+            if not receiver.finished:
+                frames = receiver.receive_eof(time.monotonic())
                 if frames:
-                    await self._commit(frames)
-                if receiver.finished:  # a malformed body: the message failed
-                    break
-            else:
-                frames = receiver.receive_eof(clock())
-                if frames:
-                    await self._commit(frames)
+                    self._submit(frames)
             await self._committed()
             return None
         except httpx2.TimeoutException as exc:
@@ -164,14 +177,24 @@ class Producer:
         finally:
             await response.aclose()
 
-    async def _commit(self, frames: list[Frame]) -> None:
-        """Submit one chunk's frames to the journal's next group commit, without waiting for
-        it: reading goes on, and readers are woken when the commit lands. (httpx yields one
-        HTTP chunk at a time, often one frame each; waiting per chunk would cost a commit and
-        a turn of the event loop per frame.) Waits only when too much is in flight."""
-        error = self._commit_error
-        if error is not None:
-            raise error
+    def _drain(self) -> None:
+        """Parse what arrived since the last turn and submit its frames."""
+        self._drain_scheduled = False
+        inbox = self._inbox
+        if not inbox:
+            return
+        data = inbox[0] if len(inbox) == 1 else b"".join(inbox)
+        inbox.clear()
+        receiver = self._receiver
+        if receiver.finished:
+            return
+        frames = receiver.receive_data(data, time.monotonic())
+        if frames:
+            self._submit(frames)
+
+    def _submit(self, frames: list[Frame]) -> None:
+        """Number the frames and submit them to the journal's next group commit, without
+        waiting for it: reading goes on, and readers are woken when the commit lands."""
         records: list[FrameRecord] = []
         dedupe = self._receiver.seq_source == "provider"
         sse = self._sse
@@ -203,8 +226,6 @@ class Producer:
             landed.add_done_callback(self._on_commit)
             self._last_commit = landed
         self._in_flight += len(records)
-        if self._in_flight > _MAX_IN_FLIGHT:
-            await self._committed()
 
     def _on_commit(self, landed: asyncio.Future[Any]) -> None:
         if landed.cancelled():
