@@ -32,6 +32,7 @@ def serve_in_thread(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> Iter
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
+    # Long-lived streams (stalls) must not hold the shutdown for long.
     config = uvicorn.Config(app, log_config=None, log_level="warning",
                             timeout_graceful_shutdown=1)
     server = _ThreadServer(config)
