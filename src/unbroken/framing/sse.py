@@ -36,6 +36,12 @@ _CR, _LF = 0x0D, 0x0A
 # The first block end at or after a position, in a region that contains a CR.
 _BLOCK_END = re.compile(rb"\n[\r\n]|\r\r")
 _LINE_BREAK = re.compile("\r\n|\r|\n")
+# What follows the first line of a block that has no other: its line end and the blank line.
+_LAST_LINE_ENDS = frozenset({b"\n\n", b"\n\r", b"\r\r", b"\r\n\r", b"\r\n\n"})
+# Values shorter than this are sliced out and decoded; longer ones are decoded in place.
+_COPY_LIMIT = 1 << 16
+# Two line-ending bytes that end a block (the second ends an empty line); CR LF is one line end.
+_PAIRS = frozenset({(_LF, _LF), (_LF, _CR), (_CR, _CR)})
 _OPEN, _EOF, _FAILED = "open", "eof", "failed"
 # Above this many buffered bytes the copy-careful general path is taken (a huge event's bytes are
 # then copied once, not three times).
@@ -244,8 +250,9 @@ class SSEDecoder:
         if cut >= 0:
             text = tail[:cut].decode("utf-8", "replace")
             for line in _LINE_BREAK.split(text):
-                if line.startswith("retry:"):
-                    self._set_retry(line[6:].removeprefix(" "))
+                value = line[6:].removeprefix(" ")
+                if line.startswith("retry:") and value.isascii() and value.isdigit():
+                    self._retry = int(value)
         return []
 
     # -- internals ------------------------------------------------------------------------------
@@ -282,29 +289,29 @@ class SSEDecoder:
 
     def _receive(self, data: bytes) -> list[ServerSentEvent]:
         """The general path: append a read, then cut and decode the complete blocks."""
-        buf = self._buf
-        searched = len(buf)
-        buf += data
         events: list[ServerSentEvent] = []
         try:
-            self._cut(searched, events)
+            self._cut(data, events)
         except StreamError as err:
             self._end(_FAILED)
             err.events = events
             raise
         return events
 
-    def _cut(self, searched: int, events: list[ServerSentEvent]) -> None:
-        """Cut the complete blocks off the buffer and decode them; ``searched`` bytes were seen."""
+    def _cut(self, data: bytes, events: list[ServerSentEvent]) -> None:
         buf = self._buf
-        # Only the new bytes (and the one before them) can hold a new block end.
-        since = searched - 1 if searched else 0
-        end = buf.rfind(b"\n\n", since)
+        searched = len(buf)
+        # Only the read, and the pair its first byte may make with the last buffered one, can
+        # hold a new block end. The read itself is searched: no call ever runs over the buffer.
+        end = data.rfind(b"\n\n")
         if self._cr:
-            end = max(end, buf.rfind(b"\n\r", since), buf.rfind(b"\r\r", since))
+            end = max(end, data.rfind(b"\n\r"), data.rfind(b"\r\r"))
         if end >= 0:
-            end += 2
-        else:
+            end += searched + 2
+        elif searched and data and (buf[-1], data[0]) in _PAIRS:
+            end = searched + 1
+        buf += data
+        if end < 0:
             # No pair; but a line ending at the start of a block is a blank line by itself.
             first = 1 if self._swallow_lf and buf[0] == _LF else 0
             if len(buf) > first and buf[first] in (_CR, _LF):
@@ -389,75 +396,98 @@ class SSEDecoder:
         while start < size:
             text = start + 1 if swallow_lf and region[start] == _LF else start
             if region[text] in (_CR, _LF):
-                end = text + 1  # a blank line at the start of a block
-            elif lf_only:
-                end = region.find(b"\n\n", text) + 2
+                end = text + 1  # a blank line at the start of a block: nothing to interpret
             else:
-                match = _BLOCK_END.search(region, text)
-                assert match is not None  # the region ends at a block end
-                end = match.end()
-            if end - start > self._max:
-                raise self._too_large(base + start)
+                if lf_only:
+                    end = region.find(b"\n\n", text) + 2
+                else:
+                    match = _BLOCK_END.search(region, text)
+                    assert match is not None  # the region ends at a block end
+                    end = match.end()
+                if end - start > self._max:
+                    raise self._too_large(base + start)
+                event = self._block(region, text, end, lf_only, base)
+                if event is not None:
+                    events.append(event._replace(nbytes=end - start, raw=region[start:end]))
             swallow_lf = region[end - 1] == _CR
-            event = self._block(region, start, text, end, base)
-            if event is not None:
-                events.append(event)
             start = end
 
     def _block(
-        self, region: bytes, start: int, text: int, end: int, base: int
+        self, region: bytes, pos: int, end: int, lf_only: bool, base: int
     ) -> ServerSentEvent | None:
-        with memoryview(region) as view:
-            try:
-                block = str(view[text:end], "utf-8", self._errors)
-            except UnicodeDecodeError as exc:
-                offset = base + text + exc.start
-                raise DecodingError(
-                    f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}", offset=offset
-                ) from exc
-        lines = (block.split("\n") if "\r" not in block else _LINE_BREAK.split(block))[:-1]
+        """Interpret the lines of one block; ``nbytes`` and ``raw`` are left to the caller.
+
+        Lines, colons and the one space after them are found at byte level (none of them occurs
+        inside a UTF-8 sequence), and each value is decoded once. A block of one line (plus its
+        blank line) is read in place, so a huge line is never copied; a longer block is split
+        into lines once. In strict mode every other line (comments, unknown fields) is decoded
+        too, in order, so the first invalid byte of the block is the one reported.
+        """
+        eol = region.find(b"\n", pos, end)
+        if not lf_only:
+            cr = region.find(b"\r", pos, end)
+            if cr >= 0 and (eol < 0 or cr < eol):
+                eol = cr
+        lines: list[tuple[bytes, int, int, int]]  # (bytes holding the line, start, stop, offset)
+        if region[eol:end] in _LAST_LINE_ENDS:
+            lines = [(region, pos, eol, base)]
+        else:
+            lines = []
+            at = base + pos
+            for line in region[pos:end].splitlines(keepends=True):
+                lines.append((line, 0, len(line.rstrip(b"\r\n")), at))
+                at += len(line)
+        strict = self._errors == "strict"
         event_type = ""
         data: list[str] = []
         block_id: str | None = None
         retry: int | None = None
-        for line in lines:
-            if not line or line[0] == ":":
-                continue  # a blank line (the one that ends the block) or a comment
-            colon = line.find(":")
-            if colon < 0:
-                name, value = line, ""
-            else:
-                name = line[:colon]
-                value = line[colon + 1 :]
-                if value[:1] == " ":
-                    value = value[1:]
-            if name == "data":
-                data.append(value)
-            elif name == "event":
-                event_type = value
-            elif name == "id":
+        for src, start, stop, at in lines:
+            if start == stop:
+                break  # the blank line that ends the block
+            colon = src.find(b":", start, stop)
+            if colon == start:  # a comment
+                if strict:
+                    self._text(src, start, stop, at)
+                continue
+            value_at = stop if colon < 0 else colon + 1
+            if src[value_at : value_at + 1] == b" ":
+                value_at += 1
+            name = src[start : stop if colon < 0 else colon]
+            if name == b"data":
+                data.append(self._text(src, value_at, stop, at))
+            elif name == b"event":
+                event_type = self._text(src, value_at, stop, at)
+            elif name == b"id":
+                value = self._text(src, value_at, stop, at)
                 if "\x00" not in value:
                     block_id = value
-            elif name == "retry":
-                if self._set_retry(value):
-                    retry = self._retry
+            elif name == b"retry":
+                value = self._text(src, value_at, stop, at)
+                if value.isascii() and value.isdigit():
+                    retry = int(value)
+            elif strict:
+                self._text(src, start, stop, at)  # an unknown field: ignored, but checked
+        # The block takes effect as a whole (a decoding error above leaves no trace).
+        if retry is not None:
+            self._retry = retry
         if block_id is not None:
             self._last_event_id = block_id
         if not data:
             return None
-        raw = region[start:end]
         return ServerSentEvent(
-            event_type or "message",
-            "\n".join(data),
-            self._last_event_id,
-            block_id,
-            retry,
-            end - start,
-            raw,
+            event_type or "message", "\n".join(data), self._last_event_id, block_id, retry
         )
 
-    def _set_retry(self, value: str) -> bool:
-        if value.isascii() and value.isdigit():
-            self._retry = int(value)
-            return True
-        return False
+    def _text(self, src: bytes, start: int, stop: int, at: int) -> str:
+        """Decode ``src[start:stop]``; ``at`` is the stream offset of ``src[0]``."""
+        try:
+            if stop - start < _COPY_LIMIT:
+                return src[start:stop].decode("utf-8", self._errors)
+            with memoryview(src) as view:  # a huge value is decoded in place, not copied first
+                return str(view[start:stop], "utf-8", self._errors)
+        except UnicodeDecodeError as exc:
+            offset = at + start + exc.start
+            raise DecodingError(
+                f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}", offset=offset
+            ) from exc
