@@ -94,7 +94,8 @@ def run(
         if eof:
             take(decoder.receive_eof())
     except StreamError as err:
-        frames.extend(err.events)
+        for item in err.events:  # Utf8Decoder carries the text decoded before the error
+            take(item if isinstance(item, str) else [item])
         fields = tuple((name, getattr(err, name)) for name in _ERROR_FIELDS if hasattr(err, name))
         error = (type(err), fields)
         # A decoder that raised is finished: any further call is the caller's bug.

@@ -14,7 +14,8 @@ class Utf8Decoder:
 
     ``receive_data`` returns only whole characters; ``receive_eof`` raises ``TruncatedError`` if
     bytes of an unfinished character are left. Invalid bytes raise ``DecodingError`` with their
-    offset in the stream, never a silent U+FFFD.
+    offset in the stream, never a silent U+FFFD; the text decoded before them in the same call is
+    on the error's ``events`` (one string).
     """
 
     def __init__(self) -> None:
@@ -52,8 +53,12 @@ class Utf8Decoder:
         except UnicodeDecodeError as exc:
             self._state = "failed"
             offset = self._received - held + exc.start
+            # The whole characters before the bad byte are not lost: they ride on the error.
+            text = exc.object[: exc.start].decode("utf-8")
             raise DecodingError(
-                f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}", offset=offset
+                f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}",
+                offset=offset,
+                events=[text] if text else [],
             ) from exc
         self._received += len(data)
         return text
