@@ -1,8 +1,9 @@
 """``SQLiteJournal``: the default journal, one SQLite file in WAL mode.
 
 Writes are group-committed on the event loop's own thread: every append made while the loop
-handled one round of ready sockets is queued, and one transaction, run once at the start of the
-next round, commits them all (across streams), then wakes the callers. No thread hand-off sits on
+handled one round of ready sockets is queued, and one transaction, run at the start of the next
+round (or, under load, when the 1 ms commit window since the last commit has passed), commits
+them all, across streams, then wakes the callers. No thread hand-off sits on
 the hot path: with the GIL, a hop to a writer thread and back costs more than the commit, whose
 ``synchronous=NORMAL`` in WAL mode is a ``write()`` to the log and no ``fsync``. The one slow
 thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop: automatic
@@ -73,6 +74,7 @@ _UPDATE_STATE: Final = (
     "WHERE stream_id = ?"
 )
 CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the event loop)
+COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window
 STATE_EVERY: Final = 1.0  # seconds between rewrites of a live stream's row for progress alone
 
 Write = Callable[[sqlite3.Connection], Any]
@@ -154,7 +156,8 @@ class SQLiteJournal(Journal):
     """Streams and frames in one SQLite file (WAL); survives a restart of the proxy."""
 
     def __init__(self, path: str, *, tail_frames: int = 256,
-                 checkpoint_every: float = CHECKPOINT_EVERY) -> None:
+                 checkpoint_every: float = CHECKPOINT_EVERY,
+                 commit_window: float = COMMIT_WINDOW) -> None:
         super().__init__(tail_frames=tail_frames)
         self.path = path
         self.commits = 0  # transactions committed (for tests and benchmarks)
@@ -163,6 +166,8 @@ class SQLiteJournal(Journal):
         self._reader: sqlite3.Connection | None = None
         self._checkpointer: _Checkpointer | None = None
         self._batch: _Batch | None = None  # what the next group commit holds
+        self._commit_window = commit_window
+        self._last_flush = float("-inf")
         self._written: dict[str, StreamState] = {}  # the state last written, per live stream
 
     async def open(self) -> None:
@@ -209,7 +214,13 @@ class SQLiteJournal(Journal):
                 raise RuntimeError("the journal is not open")
             loop = asyncio.get_running_loop()
             batch = self._batch = _Batch(loop.create_future())
-            loop.call_soon(self._flush)
+            # Right away after a quiet spell; under load at most one commit per window, so a
+            # busy proxy makes few large transactions instead of one per frame.
+            due = self._last_flush + self._commit_window
+            if loop.time() >= due:
+                loop.call_soon(self._flush)
+            else:
+                loop.call_at(due, self._flush)
         return batch
 
     async def _write(self, write: Write) -> Any:
@@ -225,6 +236,7 @@ class SQLiteJournal(Journal):
         batch, self._batch = self._batch, None
         if batch is None:
             return
+        self._last_flush = asyncio.get_running_loop().time()
         try:
             if self._writer is None:
                 raise RuntimeError("the journal closed")
