@@ -262,6 +262,7 @@ async def test_an_idle_timeout_is_resumed_when_the_stream_can_be(mock: str, driv
     assert run.message.status is Status.COMPLETED
     assert run.message.text == run.shown == reply_text(0, 6)
     assert [r.last_event_id for r in run.requests] == [None, "4"]
+    assert [w.code for w in run.message.warnings].count("resumed") == 1
     assert mock_counts(mock) == {
         "generations": {"/v1/chat/completions": 1},
         "resumes": {"/v1/chat/completions": 1},

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import httpx2
 
-from ..errors import StreamError
+from ..errors import StreamError, StreamTimeout
 from ..events import Event, TextDelta
 from ..message import Message
 from .capture import CaptureWriter
@@ -97,7 +97,7 @@ class AsyncStream:
         else the break, is the failure."""
         session = self._session
         chunks = response.aiter_raw()
-        broken: httpx2.TransportError | None = None
+        broken: httpx2.TransportError | StreamTimeout | None = None
         try:
             while True:
                 now = time.monotonic()
@@ -122,13 +122,14 @@ class AsyncStream:
                     yield event
                 if session.receiver.finished:
                     break
-        except httpx2.TransportError as exc:
-            broken = exc
+        except (httpx2.TransportError, StreamTimeout) as exc:
+            broken = exc  # a deadline abandons the body as a break does
         now = time.monotonic()
         for event in session.on_eof(now):
             yield event
         if not session.done:
-            session.check_deadlines(now)
+            if not isinstance(broken, StreamTimeout):
+                session.check_deadlines(now)  # it passed while the body broke or ended
             if broken is not None:
                 raise broken
 

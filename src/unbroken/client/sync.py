@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx2
 
-from ..errors import StreamError
+from ..errors import StreamError, StreamTimeout
 from ..events import Event, TextDelta
 from ..message import Message
 from .capture import CaptureWriter
@@ -104,7 +104,7 @@ class Stream:
         watchdog = self._watchdog
         sock = watchdog.socket_of(response)
         chunks = response.iter_raw()
-        broken: httpx2.TransportError | None = None
+        broken: httpx2.TransportError | StreamTimeout | None = None
         try:
             while True:
                 session.reading(time.monotonic())
@@ -118,12 +118,13 @@ class Stream:
                 yield from session.receive(chunk, time.monotonic())
                 if session.receiver.finished:
                     break
-        except httpx2.TransportError as exc:
-            broken = exc
+        except (httpx2.TransportError, StreamTimeout) as exc:
+            broken = exc  # a deadline abandons the body as a break does
         now = time.monotonic()
         yield from session.on_eof(now)
         if not session.done:
-            session.check_deadlines(now)
+            if not isinstance(broken, StreamTimeout):
+                session.check_deadlines(now)  # it passed while the body broke or ended
             if broken is not None:
                 raise broken
 
