@@ -10,7 +10,21 @@ from email.utils import format_datetime
 import pytest
 
 from unbroken.client import Deadlines, Retry, astream, stream
-from unbroken.client.policy import retry_after_seconds, server_retry_delay
+from unbroken.client.policy import is_retryable, retry_after_seconds, server_retry_delay
+from unbroken.errors import (
+    ConnectTimeout,
+    ContentTypeError,
+    DecodingError,
+    FirstEventTimeout,
+    IdleTimeout,
+    PayloadError,
+    ProviderError,
+    StreamError,
+    TotalTimeout,
+    TransportError,
+    UpstreamStatusError,
+)
+from unbroken.events import ErrorEvent
 
 
 def test_retry_defaults_are_the_designs() -> None:
@@ -117,3 +131,38 @@ def test_retry_after_as_a_future_http_date() -> None:
 )
 def test_server_retry_delay(headers: dict[str, str], seconds: float | None) -> None:
     assert server_retry_delay(headers) == seconds
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable"),
+    [
+        (TransportError("cut"), True),
+        (ConnectTimeout("slow", seconds=1.0), True),
+        (FirstEventTimeout("slow", seconds=1.0), True),
+        (IdleTimeout("slow", seconds=1.0), True),
+        (TotalTimeout("over", seconds=1.0), False),
+        (UpstreamStatusError(429), True),
+        (UpstreamStatusError(500), True),
+        (UpstreamStatusError(503), True),
+        (UpstreamStatusError(400), False),
+        (UpstreamStatusError(404), False),
+        (ContentTypeError("text/html", "text/event-stream"), False),
+        (PayloadError("bad"), False),
+        (DecodingError("bad", offset=3), False),
+        (ProviderError(ErrorEvent(seq=1, type="overloaded_error", message="", retryable=True)),
+         True),
+        (ProviderError(ErrorEvent(seq=1, type="invalid", message="", retryable=False)), False),
+        (StreamError("other"), False),
+    ],
+)
+def test_which_failures_are_worth_another_attempt(error: StreamError, retryable: bool) -> None:
+    assert is_retryable(error) is retryable
+
+
+def test_each_deadline_names_its_own_error() -> None:
+    deadlines = Deadlines(first_event=2.0, idle=3.0, total=4.0)
+    errors = [deadlines.error(which) for which in ("first_event", "idle", "total")]
+    assert [(type(e), e.seconds) for e in errors] == [
+        (FirstEventTimeout, 2.0), (IdleTimeout, 3.0), (TotalTimeout, 4.0)]
+    with pytest.raises(ValueError, match="no total deadline"):
+        Deadlines().error("total")

@@ -15,7 +15,25 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-__all__ = ["Deadlines", "ResumeMode", "Retry", "retry_after_seconds", "server_retry_delay"]
+from ..errors import (
+    FirstEventTimeout,
+    IdleTimeout,
+    ProviderError,
+    StreamError,
+    StreamTimeout,
+    TotalTimeout,
+    TransportError,
+    UpstreamStatusError,
+)
+
+__all__ = [
+    "Deadlines",
+    "ResumeMode",
+    "Retry",
+    "is_retryable",
+    "retry_after_seconds",
+    "server_retry_delay",
+]
 
 ResumeMode = Literal["auto", "sse", "openai-background", "none"]
 RESUME_MODES: tuple[ResumeMode, ...] = ("auto", "sse", "openai-background", "none")
@@ -60,6 +78,28 @@ class Deadlines:
     first_event: float | None = 60.0
     idle: float | None = 30.0
     total: float | None = None
+
+    def error(self, which: str) -> StreamTimeout:
+        """The error for the deadline ``which`` ("total", "first_event" or "idle") passing."""
+        if which == "total" and self.total is not None:
+            return TotalTimeout(f"the stream took over {self.total} s", seconds=self.total)
+        if which == "first_event" and self.first_event is not None:
+            seconds = self.first_event
+            return FirstEventTimeout(f"no content event within {seconds} s", seconds=seconds)
+        if which == "idle" and self.idle is not None:
+            return IdleTimeout(f"no content for {self.idle} s", seconds=self.idle)
+        raise ValueError(f"no {which} deadline is set")
+
+
+def is_retryable(error: StreamError) -> bool:
+    """Whether a fresh attempt (or a resume) may help: transport breaks, deadlines but the total
+    one, 429 and 5xx answers, and provider errors marked retryable. Never a protocol error, a
+    4xx or a wrong media type: asking again gives the same answer."""
+    if isinstance(error, UpstreamStatusError | ProviderError):
+        return error.retryable
+    if isinstance(error, TotalTimeout):
+        return False
+    return isinstance(error, StreamTimeout | TransportError)
 
 
 def server_retry_delay(headers: Mapping[str, str]) -> float | None:

@@ -17,13 +17,10 @@ from urllib.parse import urlsplit, urlunsplit
 from ..dialects import get_dialect
 from ..errors import (
     ContentTypeError,
-    FirstEventTimeout,
-    IdleTimeout,
     Interrupted,
     ProviderError,
     StreamError,
     StreamTimeout,
-    TotalTimeout,
     UpstreamStatusError,
 )
 from ..events import ErrorEvent, Event, MessageStart, ReasoningDelta, TextDelta, ToolCallDelta
@@ -32,7 +29,14 @@ from ..framing import ServerSentEvent
 from ..message import Message
 from ..receiver import StreamReceiver
 from .capture import CANCELLED, CaptureWriter, ConnectionKind
-from .policy import RESUME_MODES, Deadlines, ResumeMode, Retry, server_retry_delay
+from .policy import (
+    RESUME_MODES,
+    Deadlines,
+    ResumeMode,
+    Retry,
+    is_retryable,
+    server_retry_delay,
+)
 
 __all__ = ["LONGEST_SERVER_DELAY", "Request", "StreamSession"]
 
@@ -214,12 +218,12 @@ class StreamSession:
     def overdue(self) -> StreamTimeout | None:
         """The deadline that applies now, passed or not (to name a socket timeout)."""
         due = self._due()
-        return None if due is None else _timeout_error(due[1], self.deadlines)
+        return None if due is None else self.deadlines.error(due[1])
 
     def check_deadlines(self, now: float) -> None:
         due = self._due()
         if due is not None and now >= due[0]:
-            raise _timeout_error(due[1], self.deadlines)
+            raise self.deadlines.error(due[1])
 
     def on_eof(self, now: float) -> list[Event]:
         """The body ended. Returns the last events; ``done`` tells whether the stream is over."""
@@ -243,7 +247,7 @@ class StreamSession:
         # Progress is content shown on this connection; frames of a failed fresh attempt are not.
         progressed = self._visible and message.last_seq > self._seq_at_connect
         self.failures = 0 if progressed else self.failures + 1
-        if message.finish is not None or not _retryable(error) or not self._can_continue():
+        if message.finish is not None or not is_retryable(error) or not self._can_continue():
             self._give_up(error)
             return None
         # A resume continues the same generation, so it is preferred even before anything was
@@ -379,32 +383,6 @@ class StreamSession:
             if due is None or when < due[0]:
                 due = (when, "idle")
         return due
-
-
-def _timeout_error(which: str, deadlines: Deadlines) -> StreamTimeout:
-    if which == "total":
-        seconds = deadlines.total
-        assert seconds is not None
-        return TotalTimeout(f"the stream took over {seconds} s", seconds=seconds)
-    if which == "first_event":
-        seconds = deadlines.first_event
-        assert seconds is not None
-        return FirstEventTimeout(f"no content event within {seconds} s", seconds=seconds)
-    seconds = deadlines.idle
-    assert seconds is not None
-    return IdleTimeout(f"no content for {seconds} s", seconds=seconds)
-
-
-def _retryable(error: StreamError) -> bool:
-    if isinstance(error, UpstreamStatusError):
-        return error.retryable
-    if isinstance(error, ProviderError):
-        return error.retryable
-    if isinstance(error, ContentTypeError):
-        return False
-    if isinstance(error, TotalTimeout):
-        return False
-    return isinstance(error, StreamTimeout) or type(error).__name__ == "TransportError"
 
 
 def _is_background(content: bytes | None) -> bool:
