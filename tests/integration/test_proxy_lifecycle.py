@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 from tests.integration.test_proxy_support import (
     CALLS,
     KEY,
@@ -20,6 +25,7 @@ from tests.integration.test_proxy_support import (
     running_proxy,
     stream_status,
 )
+from tests.servers import serve_in_thread
 
 from unbroken.finish import Status
 from unbroken.mock import reply_text
@@ -202,3 +208,34 @@ async def _leave_unfinished(store: Path) -> None:
     await journal.append(meta.stream_id, frames,
                          StreamState(status=Status.STREAMING, updated=time.time(), last_seq=2))
     await journal.close()
+
+
+def test_pass_through_streams_request_bodies_and_keeps_their_framing() -> None:
+    async def echo(request: Request) -> JSONResponse:
+        body = await request.body()
+        return JSONResponse({
+            "method": request.method,
+            "length": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "content_length": request.headers.get("content-length"),
+            "transfer_encoding": request.headers.get("transfer-encoding"),
+            "authorization": request.headers.get("authorization"),
+            "query": request.url.query,
+        }, headers={"x-upstream": "echo"})
+
+    upstream = Starlette(routes=[Route("/{path:path}", echo, methods=["GET", "POST", "PUT"])])
+    upload = bytes(range(256)) * 4096  # 1 MiB
+    with serve_in_thread(upstream) as origin, running_proxy(origin) as (proxy, _app):
+        sent = httpx2.post(proxy + "/v1/files?purpose=batch", content=upload, headers=AUTH)
+        assert sent.status_code == 200
+        assert sent.headers["x-upstream"] == "echo"
+        assert sent.json() == {
+            "method": "POST", "length": len(upload),
+            "sha256": hashlib.sha256(upload).hexdigest(),
+            "content_length": str(len(upload)), "transfer_encoding": None,
+            "authorization": AUTH["authorization"], "query": "purpose=batch",
+        }
+        fetched = httpx2.get(proxy + "/v1/models", headers=AUTH)
+        assert fetched.json()["method"] == "GET"
+        assert (fetched.json()["length"], fetched.json()["content_length"],
+                fetched.json()["transfer_encoding"]) == (0, None, None)

@@ -185,6 +185,13 @@ class ProxyApp:
 
     async def forward(self, request: Request) -> Response:
         endpoint = endpoint_for(request.method, request.url.path, request.headers)
+        if endpoint.dialect is None:
+            # Not a streaming endpoint: the body goes upstream as it arrives (uploads stay
+            # unbuffered), with the client's Content-Length, or none if it sent no body.
+            has_body = "content-length" in request.headers or (
+                "transfer-encoding" in request.headers)
+            return await self._pass_through(
+                request, endpoint, request.stream() if has_body else None)
         body = await request.body()
         if not wants_stream(endpoint, body, request.query_params):
             return await self._pass_through(request, endpoint, body)
@@ -270,9 +277,13 @@ class ProxyApp:
             headers=list(record.meta.response_headers),
         )
 
-    async def _pass_through(self, request: Request, endpoint: Endpoint, body: bytes) -> Response:
+    async def _pass_through(self, request: Request, endpoint: Endpoint,
+                            body: bytes | AsyncIterator[bytes] | None) -> Response:
         url = self.config.origin(endpoint.provider) + _target(request)
         headers = request_headers(request.headers.items(), identity=False)
+        length = request.headers.get("content-length")
+        if length is not None and body is not None and not isinstance(body, bytes):
+            headers.append(("content-length", length))
         try:
             response = await self.client.send(
                 self.client.build_request(request.method, url, headers=headers, content=body),

@@ -1,0 +1,447 @@
+"""The resumable proxy under load, beside a bare pass-through and the upstream served directly.
+
+Every server is its own process under uvicorn on 127.0.0.1; this script is the load generator
+(its own process too) and starts them with ``serve KIND``:
+
+- ``mock``: ``unbroken.mock``, the fake upstream (openai-chat streams of ``tokens`` deltas);
+- ``paced``: an openai-chat upstream that sends frames at a set rate, each carrying its send
+  time (``time.monotonic_ns``, one clock for every process), to measure per-frame latency;
+- ``passthrough``: httpx2 stream -> Starlette ``StreamingResponse``, no parsing, no journal: the
+  floor any proxy in Python pays;
+- ``proxy``: ``unbroken.proxy`` with a SQLite journal (WAL) in a temporary directory.
+
+Figures (targets from issue 6 on this 2-core machine):
+
+1. highest sustained frames/s through each path (concurrency 1, 8, 32; the best), and the CPU
+   the middle process spends per frame; proxy / pass-through >= 0.67;
+2. per-frame latency at half the pass-through's highest rate: p50/p99 direct, through the
+   pass-through and through the proxy; the proxy's added p99 < 20 ms;
+3. memory per live stream: the server's RSS growth with many stalled streams open;
+4. resume latency: a new connection with ``Last-Event-ID`` to the first missed frame, p50/p99,
+   on ``GET /v1/streams/{id}/events`` and on the same POST; p99 < 20 ms.
+
+    python benchmarks/proxy.py [--quick] [--loop asyncio|uvloop] [--http h11|httptools]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+CHAT = "/v1/chat/completions"
+BODY = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+AUTH = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# -- servers (run as `python benchmarks/proxy.py serve KIND ...`) -----------------------------
+
+
+def paced_app() -> Any:
+    """openai-chat frames at ``rate`` per second, each with its send time as content."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    head = '{"id":"chatcmpl-p","object":"chat.completion.chunk","created":0,"model":"m",'
+
+    async def chat(request: Request) -> StreamingResponse:
+        await request.body()
+        frames = int(request.headers.get("x-frames", "100"))
+        rate = float(request.headers.get("x-rate", "100"))
+
+        async def body() -> AsyncIterator[bytes]:
+            start = time.monotonic()
+            for index in range(frames):
+                delay = start + index / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                content = str(time.monotonic_ns())
+                yield (f'data: {head}"choices":[{{"index":0,"delta":{{"content":"{content}"}},'
+                       '"finish_reason":null}]}\n\n').encode()
+            yield (f'data: {head}"choices":[{{"index":0,"delta":{{}},"finish_reason":"stop"}}]}}'
+                   "\n\ndata: [DONE]\n\n").encode()
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route(CHAT, chat, methods=["POST"])])
+
+
+def passthrough_app(upstream: str) -> Any:
+    """The bare pass-through: forward the request, stream the raw body back."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    client = httpx2.AsyncClient(timeout=None, limits=httpx2.Limits(max_connections=None))
+    hop = {"host", "content-length", "connection", "transfer-encoding"}
+
+    async def forward(request: Request) -> StreamingResponse:
+        headers = [(k, v) for k, v in request.headers.items() if k not in hop]
+        response = await client.send(
+            client.build_request(request.method, upstream + request.url.path,
+                                 headers=headers, content=await request.body()),
+            stream=True,
+        )
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response.aiter_raw():
+                    yield chunk
+            finally:
+                await response.aclose()
+
+        kept = {k: v for k, v in response.headers.items() if k not in hop}
+        return StreamingResponse(body(), status_code=response.status_code, headers=kept)
+
+    return Starlette(routes=[Route("/{path:path}", forward, methods=["POST", "GET"])])
+
+
+def serve(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="proxy.py serve")
+    parser.add_argument("kind", choices=("mock", "paced", "passthrough", "proxy"))
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--upstream", default="")
+    parser.add_argument("--store", default="memory://")
+    parser.add_argument("--loop", default="asyncio")
+    parser.add_argument("--http", default="h11")
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    app: Any
+    if args.kind == "mock":
+        from unbroken.mock import create_app
+
+        app = create_app()
+    elif args.kind == "paced":
+        app = paced_app()
+    elif args.kind == "passthrough":
+        app = passthrough_app(args.upstream)
+    else:
+        from unbroken.proxy import ProxyConfig
+        from unbroken.proxy import create_app as proxy_app
+
+        o = args.upstream
+        app = proxy_app(ProxyConfig(openai=o, anthropic=o, gemini=o, ollama=o, store=args.store))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", loop=args.loop,
+                http=args.http, access_log=False)
+
+
+# -- process handling ---------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    kind: str
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+    def rss_bytes(self) -> int:
+        return int(Path(f"/proc/{self.process.pid}/statm").read_text().split()[1]) * PAGE
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def start(kind: str, options: argparse.Namespace, **extra: str) -> Iterator[Server]:
+    port = free_port()
+    command = [sys.executable, __file__, "serve", kind, "--port", str(port),
+               "--loop", options.loop, "--http", options.http]
+    for name, value in extra.items():
+        command += [f"--{name}", value]
+    process = subprocess.Popen(command)
+    server = Server(kind, f"http://127.0.0.1:{port}", process)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{kind} did not start") from None
+                time.sleep(0.05)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- 1. throughput ------------------------------------------------------------------------------
+
+
+async def count_frames(client: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> int:
+    frames, last = 0, b""
+    async with client.stream("POST", url, content=BODY, headers=headers) as response:
+        async for chunk in response.aiter_raw():
+            frames += chunk.count(b"\n\n") + (last == b"\n" and chunk[:1] == b"\n")
+            last = chunk[-1:]
+    return frames
+
+
+async def throughput(base: str, streams: int, tokens: int) -> tuple[int, float]:
+    headers = AUTH | {"unbroken-mock": f"seed=1; tokens={tokens}"}
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx2.AsyncClient(timeout=120, limits=limits) as client:
+        started = time.perf_counter()
+        counts = await asyncio.gather(
+            *(count_frames(client, base + CHAT, headers) for _ in range(streams)))
+        elapsed = time.perf_counter() - started
+    expected = tokens + 3
+    if any(count != expected for count in counts):
+        raise RuntimeError(f"{base}: frames {sorted(set(counts))}, expected {expected}")
+    return sum(counts), elapsed
+
+
+def best_rate(server: Server | None, base: str, tokens: int,
+              levels: tuple[int, ...]) -> tuple[float, float, int]:
+    """Highest frames/s over the concurrency levels; CPU ms per 1000 frames of ``server``."""
+    asyncio.run(throughput(base, 2, 50))  # warm up connections and imports
+    best = (0.0, 0.0, 0)
+    for streams in levels:
+        cpu = server.cpu_seconds() if server else 0.0
+        frames, elapsed = asyncio.run(throughput(base, streams, tokens))
+        used = (server.cpu_seconds() - cpu) if server else 0.0
+        rate = frames / elapsed
+        if rate > best[0]:
+            best = (rate, 1e6 * used / frames, streams)
+    return best
+
+
+# -- 2. latency ---------------------------------------------------------------------------------
+
+
+async def latencies_of(client: httpx2.AsyncClient, url: str, frames: int,
+                       rate: float) -> list[float]:
+    out: list[float] = []
+    buffer = b""
+    headers = AUTH | {"x-frames": str(frames), "x-rate": str(rate)}
+    async with client.stream("POST", url, content=BODY, headers=headers) as response:
+        async for chunk in response.aiter_raw():
+            now = time.monotonic_ns()
+            buffer += chunk
+            *events, buffer = buffer.split(b"\n\n")
+            for event in events:
+                at = event.find(b'"content":"')
+                if at >= 0:
+                    sent = int(event[at + 11: event.index(b'"', at + 11)])
+                    out.append((now - sent) / 1e6)
+    if len(out) != frames:
+        raise RuntimeError(f"{url}: {len(out)} timed frames, expected {frames}")
+    return out
+
+
+async def latency(base: str, streams: int, rate: float, seconds: float) -> list[float]:
+    per_stream = rate / streams
+    frames = max(10, int(per_stream * seconds))
+    async with httpx2.AsyncClient(timeout=120,
+                                  limits=httpx2.Limits(max_connections=None)) as client:
+        runs = await asyncio.gather(
+            *(latencies_of(client, base + CHAT, frames, per_stream) for _ in range(streams)))
+    return sorted(value for run in runs for value in run)
+
+
+def percentile(values: list[float], p: float) -> float:
+    return values[min(len(values) - 1, int(p / 100 * len(values)))]
+
+
+# -- 3. memory per live stream ------------------------------------------------------------------
+
+
+async def hold_streams(server: Server, base: str, streams: int) -> float:
+    """RSS growth per stream with ``streams`` upstream-stalled streams open (bytes)."""
+    headers = AUTH | {"unbroken-mock": "seed=2; tokens=50; stall_after=5; stall_s=120"}
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=0)
+    async with httpx2.AsyncClient(timeout=60, limits=limits) as client:
+        await throughput(base, 4, 20)  # allocate what any stream allocates once
+        before = server.rss_bytes()
+        opened: list[Any] = []
+        for _ in range(streams):
+            context = client.stream("POST", base + CHAT, content=BODY, headers=headers)
+            response = await context.__aenter__()
+            seen = b""
+            async for chunk in response.aiter_raw():
+                seen += chunk
+                if seen.count(b"\n\n") >= 5:
+                    break
+            opened.append(context)
+        await asyncio.sleep(0.5)
+        after = server.rss_bytes()
+        for context in opened:
+            await context.__aexit__(None, None, None)
+    return (after - before) / streams
+
+
+# -- 4. resume latency --------------------------------------------------------------------------
+
+
+async def first_frame_after(port: int, request: bytes) -> float:
+    """Seconds from connecting to the first whole frame of the answer."""
+    started = time.perf_counter()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    data = b""
+    while True:
+        chunk = await reader.read(65536)
+        if not chunk:
+            raise RuntimeError(f"connection closed before the first frame: {data[:200]!r}")
+        data += chunk
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0 and data.find(b"\n\n", head_end + 4) >= 0:
+            break
+    elapsed = time.perf_counter() - started
+    if not data.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"resume answered {data[:60]!r}")
+    writer.close()
+    await writer.wait_closed()
+    return elapsed
+
+
+async def resumes(base: str, streams: int, tokens: int, count: int) -> dict[str, list[float]]:
+    port = int(base.rsplit(":", 1)[1])
+    headers = AUTH | {"unbroken-mock": f"seed=3; tokens={tokens}"}
+    made: list[str] = []
+    async with httpx2.AsyncClient(timeout=60) as client:
+        for _ in range(streams):
+            response = await client.post(base + CHAT, content=BODY, headers=headers)
+            made.append(response.headers["unbroken-stream-id"])
+    rng = random.Random(5)
+    out: dict[str, list[float]] = {"GET events": [], "same POST": []}
+    body = BODY.encode()
+    for index in range(count):
+        stream_id = rng.choice(made)
+        after = rng.randrange(tokens + 2)
+        common = (f"Host: 127.0.0.1\r\nAuthorization: Bearer sk-bench\r\n"
+                  f"Last-Event-ID: {stream_id}:{after}\r\n")
+        if index % 2:
+            request = (f"GET /v1/streams/{stream_id}/events HTTP/1.1\r\n{common}"
+                       "Accept: text/event-stream\r\nConnection: close\r\n\r\n").encode()
+            out["GET events"].append(await first_frame_after(port, request))
+        else:
+            request = (f"POST {CHAT} HTTP/1.1\r\n{common}Content-Type: application/json\r\n"
+                       f"Unbroken-Mock: seed=3; tokens={tokens}\r\n"
+                       f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+            out["same POST"].append(await first_frame_after(port, request + body))
+    return {name: sorted(values) for name, values in out.items()}
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
+    parser.add_argument("--loop", default="asyncio", help="uvicorn loop: asyncio or uvloop")
+    parser.add_argument("--http", default="h11", help="uvicorn http: h11 or httptools")
+    options = parser.parse_args()
+    tokens = 300 if options.quick else 2000
+    levels = (1, 8) if options.quick else (1, 8, 32)
+    print(f"loop={options.loop} http={options.http} tokens/stream={tokens} cpus={os.cpu_count()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = f"sqlite:///{Path(tmp) / 'bench.db'}"
+        with start("mock", options) as mock, start("paced", options) as paced, \
+                start("passthrough", options, upstream=mock.url) as pass_mock, \
+                start("proxy", options, upstream=mock.url, store=store) as proxy_mock, \
+                start("passthrough", options, upstream=paced.url) as pass_paced, \
+                start("proxy", options, upstream=paced.url, store=store + "-paced") as \
+                proxy_paced:
+            report(options, tokens, levels, mock, paced, pass_mock, proxy_mock, pass_paced,
+                   proxy_paced)
+
+
+def report(options: argparse.Namespace, tokens: int, levels: tuple[int, ...], mock: Server,
+           paced: Server, pass_mock: Server, proxy_mock: Server, pass_paced: Server,
+           proxy_paced: Server) -> None:
+    print("\n1. highest sustained frames/s (openai-chat from the mock)")
+    print(f"   {'path':<14}{'frames/s':>12}{'streams':>9}{'CPU us/frame (middle)':>24}")
+    rates = {}
+    for name, server, base in (("direct", None, mock.url),
+                               ("pass-through", pass_mock, pass_mock.url),
+                               ("proxy", proxy_mock, proxy_mock.url)):
+        rate, cpu, streams = best_rate(server, base, tokens, levels)
+        rates[name] = rate
+        cpu_text = f"{cpu:.1f}" if server else "-"
+        print(f"   {name:<14}{rate:>12,.0f}{streams:>9}{cpu_text:>24}")
+    ratio = rates["proxy"] / rates["pass-through"]
+    print(f"   proxy / pass-through = {ratio:.2f}  (target >= 0.67)")
+
+    seconds = 2.0 if options.quick else 4.0
+    half = rates["pass-through"] / 2
+    for number, rate, why in (("2a", half, "half the pass-through's best"),
+                              ("2b", 2000.0, "20 streams x 100 frames/s")):
+        print(f"\n{number}. per-frame latency at {rate:,.0f} frames/s ({why}), one frame per "
+              "upstream chunk, 20 streams, ms")
+        print(f"   {'path':<14}{'p50':>8}{'p99':>8}{'max':>8}{'CPU us/frame':>14}")
+        lat = {}
+        for name, server, base in (("direct", None, paced.url),
+                                   ("pass-through", pass_paced, pass_paced.url),
+                                   ("proxy", proxy_paced, proxy_paced.url)):
+            cpu = server.cpu_seconds() if server else 0.0
+            values = asyncio.run(latency(base, 20, rate, seconds))
+            used = (server.cpu_seconds() - cpu) if server else 0.0
+            lat[name] = values
+            cpu_text = f"{1e6 * used / len(values):.1f}" if server else "-"
+            print(f"   {name:<14}{percentile(values, 50):>8.2f}{percentile(values, 99):>8.2f}"
+                  f"{values[-1]:>8.2f}{cpu_text:>14}")
+        for name in ("pass-through", "proxy"):
+            added50 = percentile(lat[name], 50) - percentile(lat["direct"], 50)
+            added99 = percentile(lat[name], 99) - percentile(lat["direct"], 99)
+            print(f"   added by {name}: p50 {added50:.2f} ms, p99 {added99:.2f} ms"
+                  + ("  (target p99 < 20 ms)" if name == "proxy" else ""))
+
+    count = 100 if options.quick else 400
+    print(f"\n3. resume: new connection + Last-Event-ID -> first missed frame ({count} resumes "
+          "of 20 finished streams), ms")
+    for name, values in asyncio.run(resumes(proxy_mock.url, 20, 200, count)).items():
+        print(f"   {name:<14} p50 {1000 * percentile(values, 50):.2f}  "
+              f"p99 {1000 * percentile(values, 99):.2f}  (target p99 < 20 ms)")
+
+    held = 50 if options.quick else 200
+    print(f"\n4. memory per live stream ({held} upstream-stalled streams open, fresh processes),"
+          " KiB of RSS")
+    with tempfile.TemporaryDirectory() as tmp:
+        with start("passthrough", options, upstream=mock.url) as fresh_pass, \
+                start("proxy", options, upstream=mock.url,
+                      store=f"sqlite:///{Path(tmp) / 'held.db'}") as fresh_proxy:
+            for name, server in (("pass-through", fresh_pass), ("proxy", fresh_proxy)):
+                per_stream = asyncio.run(hold_streams(server, server.url, held))
+                print(f"   {name:<14}{per_stream / 1024:>8.1f}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        serve(sys.argv[2:])
+    else:
+        main()
