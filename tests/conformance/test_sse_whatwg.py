@@ -52,7 +52,7 @@ def expected_unterminated(case: dict[str, Any]) -> bytes:
 
 def test_case_names_are_unique() -> None:
     names = [case["name"] for case in CASES]
-    assert len(names) == len(set(names)) == 75
+    assert len(names) == len(set(names)) == 76
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
