@@ -1,9 +1,10 @@
 """The decisions of one client stream, shared by the sync and async drivers.
 
 A driver is a small loop: ask ``next_request()``, send it, pass the status and headers to
-``on_response()``, every read to ``receive()``, the end of the body to ``on_eof()``, and any
-failure to ``on_failure()``, which answers with a delay before the next attempt or raises the
-final error. The session reads no clock and does no I/O: drivers pass ``now`` in.
+``on_response()``, say ``reading()`` before each read and pass every read to ``receive()``, the
+end of the body (clean, broken, or abandoned at a deadline) to ``on_eof()``, and any failure to
+``on_failure()``, which answers with a delay before the next attempt or None to stop. The
+session reads no clock and does no I/O: drivers pass ``now`` in.
 """
 
 from __future__ import annotations
