@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tests.integration.test_proxy_support import (
     frames_of,
     free_port,
     mock_counts,
+    proxy_config,
     read_some,
     running_proxy,
     stream_status,
@@ -29,7 +31,14 @@ from tests.servers import serve_in_thread
 
 from unbroken.finish import Status
 from unbroken.mock import reply_text
-from unbroken.proxy.journal import FrameRecord, SQLiteJournal, StreamMeta, StreamState
+from unbroken.proxy import create_app
+from unbroken.proxy.journal import (
+    FrameRecord,
+    MemoryJournal,
+    SQLiteJournal,
+    StreamMeta,
+    StreamState,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -239,3 +248,38 @@ def test_pass_through_streams_request_bodies_and_keeps_their_framing() -> None:
         assert fetched.json()["method"] == "GET"
         assert (fetched.json()["length"], fetched.json()["content_length"],
                 fetched.json()["transfer_encoding"]) == (0, None, None)
+
+
+class FailingJournal(MemoryJournal):
+    """A journal whose storage fails from the fourth append on (a full disk, say)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.appends = 0
+
+    def _store(self, stream_id: str, frames: Sequence[FrameRecord],
+               state: StreamState) -> asyncio.Future[None]:
+        self.appends += 1
+        if self.appends < 4:
+            return super()._store(stream_id, frames, state)
+        failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        failed.set_exception(OSError("disk full"))
+        return failed
+
+
+def test_a_failing_journal_ends_readers_instead_of_hanging(mock_server: str) -> None:
+    call = CALLS["openai-chat"]
+    journal = FailingJournal()
+    app = create_app(proxy_config(mock_server), journal=journal)
+    with serve_in_thread(app) as proxy:
+        # One frame per upstream read (delay_ms), so the first appends hold a frame each.
+        response = httpx2.post(proxy + call.path, json=call.body, timeout=10,
+                               headers=call.headers("seed=1; tokens=10; delay_ms=20"))
+        frames = frames_of("openai-chat", response.content)
+        stream_id = response.headers["unbroken-stream-id"]
+        assert [frame.id for frame in frames] == [f"{stream_id}:{n}" for n in (1, 2, 3)]
+        assert journal.tail(stream_id) is None
+        deadline = time.monotonic() + 10  # the producer task ends just after its readers
+        while app.state.proxy.producers:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)

@@ -109,6 +109,7 @@ def test_restarted_proxy_serves_old_streams(tmp_path: Path, mock_server: str) ->
         last = frames_of("openai-responses", httpx2.get(
             f"{proxy}/v1/streams/{live}/events?after=6", headers=AUTH).content)
         assert [(e.event, e.id) for e in last] == [("error", f"{live}:7")]
+        assert '"code":"proxy_shutdown"' in last[0].data
     assert mock_counts(mock_server) == before
 
 

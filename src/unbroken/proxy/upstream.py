@@ -296,7 +296,12 @@ class Producer:
         message = receiver.message
         status = message.status
         last: list[FrameRecord] = []
-        if status is Status.INTERRUPTED:
+        if status is Status.INTERRUPTED and self._stop_reason not in (None, "cancelled"):
+            last.append(self._error_frame(
+                "proxy_shutdown",
+                "unbroken proxy: the proxy shut down before the stream finished",
+            ))
+        elif status is Status.INTERRUPTED:
             detail = f" ({message.error})" if message.error is not None else ""
             last.append(self._error_frame(
                 "upstream_interrupted",
