@@ -1,0 +1,187 @@
+"""The sans-I/O core imports and works with every I/O library made unimportable.
+
+Two checks: a subprocess that sets the I/O modules to None in ``sys.modules`` (so importing one
+raises) and then imports and uses the core; and a scan of the core's source (ast) for imports of
+those modules, of a clock, or of unbroken's own I/O layers, including imports inside functions.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import unbroken
+
+BLOCKED = [
+    "anyio",
+    "asyncio",
+    "httpcore",
+    "httpcore2",
+    "httpx",
+    "httpx2",
+    "selectors",
+    "socket",
+    "threading",
+]
+CLOCKS = ["datetime", "time"]
+IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk"]
+REQUIRED = ["unbroken.errors", "unbroken.events", "unbroken.finish", "unbroken.framing"]
+OPTIONAL = [
+    "unbroken.dialects",
+    "unbroken.jsonparse",
+    "unbroken.message",
+    "unbroken.parsing",
+    "unbroken.receiver",
+    "unbroken.trace",
+    "unbroken.transitions",
+]
+PACKAGE = Path(unbroken.__file__).parent
+
+
+def sans_io_modules() -> list[str]:
+    present = [name for name in OPTIONAL if importlib.util.find_spec(name) is not None]
+    for package in ("unbroken.framing", "unbroken.dialects"):
+        if importlib.util.find_spec(package) is not None:
+            folder = PACKAGE / package.rpartition(".")[2]
+            present += [f"{package}.{path.stem}" for path in sorted(folder.glob("[!_]*.py"))]
+    return REQUIRED + present
+
+
+def test_the_required_core_modules_exist() -> None:
+    assert all(importlib.util.find_spec(name) is not None for name in REQUIRED)
+    assert "unbroken.framing.sse" in sans_io_modules()
+
+
+SCRIPT = """
+import importlib
+import sys
+
+for name in {blocked!r}:
+    sys.modules[name] = None
+
+import unbroken
+
+for name in {modules!r}:
+    importlib.import_module(name)
+
+decoder = unbroken.SSEDecoder()
+events = decoder.receive_data(b"\\xef\\xbb\\xbfid: 1\\r\\nevent: e\\r\\ndata: \\xe4\\xbd")
+events += decoder.receive_data(b"\\xa0\\r\\n\\r\\ndata: [DONE]\\n\\n")
+events += decoder.receive_eof()
+got = [(e.event, e.data, e.id) for e in events]
+assert got == [("e", "\\u4f60", "1"), ("message", "[DONE]", "1")], got
+
+lines = unbroken.NDJSONDecoder().receive_data(b'{{"a": 1}}\\n')
+assert [line.value for line in lines] == [{{"a": 1}}]
+assert unbroken.Utf8Decoder().receive_data("\\u4f60".encode()) == "\\u4f60"
+
+if hasattr(unbroken, "parse"):
+    body = (
+        b'data: {{"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+        b'"choices":[{{"index":0,"delta":{{"content":"Hi"}},"finish_reason":"stop"}}]}}\\n\\n'
+        b"data: [DONE]\\n\\n"
+    )
+    assert unbroken.parse([body], dialect="openai-chat").text == "Hi"
+
+assert all(sys.modules[name] is None for name in {blocked!r})
+print("sans-I/O ok:", len({modules!r}), "modules")
+"""
+
+
+def test_the_core_works_with_io_modules_unimportable() -> None:
+    modules = sans_io_modules()
+    script = SCRIPT.format(blocked=BLOCKED, modules=modules)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"sans-I/O ok: {len(modules)} modules\n"
+
+
+def test_blocking_really_blocks() -> None:
+    # The same mechanism makes an import of a blocked module fail, so the test above can fail.
+    script = "import sys; sys.modules['socket'] = None; import socket"
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1
+    assert "ModuleNotFoundError: import of socket halted; None in sys.modules" in result.stderr
+
+
+def core_files() -> list[Path]:
+    top = [path for path in sorted(PACKAGE.glob("*.py")) if path.name != "__main__.py"]
+    return top + sorted((PACKAGE / "framing").glob("*.py")) + sorted(
+        (PACKAGE / "dialects").glob("*.py")
+    )
+
+
+def imported_names(source: str, package: str) -> list[str]:
+    """Every module an import statement in ``source`` names, made absolute; at any depth."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*parts, module] if module else parts)
+            names.append(module)
+            names += [f"{module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def violations(source: str, package: str) -> list[str]:
+    forbidden = set(BLOCKED) | set(CLOCKS)
+    layers = {f"unbroken.{layer}" for layer in IO_LAYERS}
+    return [
+        name
+        for name in imported_names(source, package)
+        if name.split(".")[0] in forbidden or ".".join(name.split(".")[:2]) in layers
+    ]
+
+
+@pytest.mark.parametrize("path", core_files(), ids=lambda path: str(path.relative_to(PACKAGE)))
+def test_core_source_imports_no_io_and_no_clock(path: Path) -> None:
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    assert violations(path.read_text(encoding="utf-8"), package) == []
+
+
+def test_the_source_scan_sees_relative_and_nested_imports() -> None:
+    source = textwrap.dedent(
+        """
+        import re, socket
+        from ..errors import StreamError
+        def later():
+            from ..client import stream
+            from . import sse
+            import time
+        """
+    )
+    assert imported_names(source, "unbroken.framing") == [
+        "re",
+        "socket",
+        "unbroken.errors",
+        "unbroken.errors.StreamError",
+        "unbroken.client",
+        "unbroken.client.stream",
+        "unbroken.framing",
+        "unbroken.framing.sse",
+        "time",
+    ]
+    assert violations(source, "unbroken.framing") == [
+        "socket",
+        "unbroken.client",
+        "unbroken.client.stream",
+        "time",
+    ]
