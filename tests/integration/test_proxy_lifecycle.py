@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import time
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from tests.integration.test_proxy_support import (
     CALLS,
@@ -283,3 +284,25 @@ def test_a_failing_journal_ends_readers_instead_of_hanging(mock_server: str) -> 
         while app.state.proxy.producers:
             assert time.monotonic() < deadline
             time.sleep(0.01)
+
+
+def test_an_upstream_that_compresses_anyway_is_decoded() -> None:
+    chunk = (b'data: {"choices":[{"index":0,"delta":{"content":"h\\u00e9"},'
+             b'"finish_reason":null}]}\n\n')
+    done = (b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+            b"data: [DONE]\n\n")
+
+    async def gzipped(request: Request) -> Response:
+        assert request.headers["accept-encoding"] == "identity"
+        return Response(gzip.compress(chunk * 3 + done), media_type="text/event-stream",
+                        headers={"content-encoding": "gzip"})
+
+    upstream = Starlette(routes=[Route("/v1/chat/completions", gzipped, methods=["POST"])])
+    call = CALLS["openai-chat"]
+    with serve_in_thread(upstream) as origin, running_proxy(origin) as (proxy, _app):
+        response = httpx2.post(proxy + call.path, json=call.body, headers=AUTH)
+        assert "content-encoding" not in response.headers
+        frames = frames_of("openai-chat", response.content)
+        assert [frame.data for frame in frames][-1] == "[DONE]"
+        status = stream_status(proxy, response.headers["unbroken-stream-id"])
+        assert (status["status"], status["text"], status["last_seq"]) == ("completed", "hé" * 3, 5)

@@ -148,7 +148,10 @@ class Producer:
         inbox = self._inbox
         try:
             try:
-                async for chunk in response.aiter_raw():
+                # The upstream was asked for identity; one that compresses anyway is decoded.
+                encoded = response.headers.get("content-encoding", "identity") != "identity"
+                chunks = response.aiter_bytes() if encoded else response.aiter_raw()
+                async for chunk in chunks:
                     inbox.append(chunk)
                     if not self._drain_scheduled:
                         self._drain_scheduled = True
