@@ -5,6 +5,8 @@ events (one dialect per provider), and events are committed to a ``Message`` who
 explains itself. Everything imported here is sans-I/O and needs only the standard library.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from ._version import __version__
 from .errors import (
     ConnectTimeout,
@@ -47,7 +49,11 @@ from .receiver import Frame, StreamReceiver
 from .trace import Trace
 
 # The I/O layers need httpx2 (extra ``client``); they load on first use so that importing
-# ``unbroken`` stays standard-library only.
+# ``unbroken`` stays standard-library only. Type checkers see the real names.
+if _TYPE_CHECKING:
+    from .client import AsyncStream, Deadlines, Retry, Stream, astream, stream
+    from .sdk import from_anthropic, from_openai
+
 _LAZY = {
     "AsyncStream": "unbroken.client",
     "Deadlines": "unbroken.client",
