@@ -275,3 +275,18 @@ def test_journal_for_rejects_unknown_stores() -> None:
         journal_for("redis://x")
     with pytest.raises(ValueError):
         journal_for("sqlite:///")
+
+
+@pytest.mark.anyio
+async def test_one_cancelled_append_does_not_cancel_the_others_of_its_commit(
+    journal: Journal,
+) -> None:
+    for name in ("a", "b"):
+        await journal.create(meta(name), streaming(0))
+    first = asyncio.create_task(journal.append("a", frames(1, 1), streaming(1)))
+    second = asyncio.create_task(journal.append("b", frames(1, 1), streaming(1)))
+    await asyncio.sleep(0)  # both queued in the same group commit
+    first.cancel()
+    await second
+    assert await journal.read_after("a", 0, 10) == frames(1, 1)  # it landed all the same
+    assert await journal.read_after("b", 0, 10) == frames(1, 1)

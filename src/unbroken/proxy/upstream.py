@@ -86,6 +86,7 @@ class Producer:
         self._key: tuple[Any, ...] = ()  # what that state was made from
         self._commit_error: BaseException | None = None
         self._in_flight = 0
+        self._ending = False
         self._inbox: list[bytes] = []  # chunks read this turn, parsed by _drain
         self._drain_scheduled = False
         self.task: asyncio.Task[None] | None = None
@@ -293,6 +294,9 @@ class Producer:
     # -- the end ------------------------------------------------------------------------------
 
     async def _end(self, error: StreamError | None, *, cancelled: bool = False) -> None:
+        if self._ending:  # a cancel arrived while the end was being written
+            return
+        self._ending = True
         receiver = self._receiver
         if not receiver.finished:
             receiver.close(error, cancelled=cancelled)

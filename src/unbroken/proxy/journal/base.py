@@ -187,7 +187,9 @@ class Journal(ABC):
         An append whose state is an end state closes the live tail once it lands: readers
         drain what is stored and stop.
         """
-        await self._store(stream_id, frames, state)
+        # Shielded: the future may be shared by every append of one group commit, and one
+        # caller's cancellation must not cancel the others' (the commit goes ahead anyway).
+        await asyncio.shield(self._store(stream_id, frames, state))
 
     def _landed(self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState) -> None:
         """Frames and state are durable: wake the stream's readers (and end its tail)."""
