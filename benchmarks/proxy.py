@@ -14,13 +14,21 @@ Figures (targets from issue 6 on this 2-core machine):
 
 1. highest sustained frames/s through each path (concurrency 1, 8, 32; the best), and the CPU
    the middle process spends per frame; proxy / pass-through >= 0.67;
-2. per-frame latency at half the pass-through's highest rate: p50/p99 direct, through the
-   pass-through and through the proxy; the proxy's added p99 < 20 ms;
+2. per-frame latency (p50/p99 direct, through the pass-through and through the proxy) at half
+   the pass-through's highest rate and at 2,000 frames/s; the proxy's added p99 < 20 ms;
 3. memory per live stream: the server's RSS growth with many stalled streams open;
 4. resume latency: a new connection with ``Last-Event-ID`` to the first missed frame, p50/p99,
    on ``GET /v1/streams/{id}/events`` and on the same POST; p99 < 20 ms.
 
+Latency is measured with one frame per upstream chunk (the worst case for any proxy: nothing
+to batch) at two rates: half the pass-through's best, and a steady 2,000 frames/s. On a shared
+2-core machine every figure moves with whatever else runs; compare rows of one run.
+
     python benchmarks/proxy.py [--quick] [--loop asyncio|uvloop] [--http h11|httptools]
+
+``--loop uvloop --http httptools`` (every server) needs uvloop and httptools importable; they are
+not project dependencies (e.g. ``pip install --target /tmp/extras uvloop httptools`` and run
+with ``PYTHONPATH=/tmp/extras``).
 """
 
 from __future__ import annotations
