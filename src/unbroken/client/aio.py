@@ -18,10 +18,9 @@ import httpx2
 from ..errors import StreamError, StreamTimeout
 from ..events import Event, TextDelta
 from ..message import Message
-from .capture import CaptureWriter
-from .policy import Deadlines, ResumeMode, Retry
+from .opening import open_session
+from .policy import ResumeMode, Retry
 from .session import StreamSession
-from .sync import request_body
 from .transport import BODY_EXCERPT, as_stream_error, cut_body, default_ssl_context, httpx_timeout
 
 __all__ = ["AsyncStream", "astream"]
@@ -164,30 +163,12 @@ async def astream(
     trace: bool = True,
 ) -> AsyncIterator[AsyncStream]:
     """The async twin of ``unbroken.stream``: ``async with astream(...) as s``."""
-    body, all_headers = request_body(json, content, headers)
-    writer = (
-        CaptureWriter(capture, method=method, url=url, dialect=dialect, started=time.time())
-        if capture is not None
-        else None
+    session = open_session(
+        method, url, dialect=dialect, json=json, content=content, headers=headers, retry=retry,
+        resume=resume, connect_timeout=connect_timeout, first_event_timeout=first_event_timeout,
+        idle_timeout=idle_timeout, total_timeout=total_timeout, capture=capture, trace=trace,
     )
-    session = StreamSession(
-        method,
-        url,
-        dialect=dialect,
-        content=body,
-        headers=all_headers,
-        retry=retry or Retry(),
-        resume=resume,
-        deadlines=Deadlines(
-            connect=connect_timeout,
-            first_event=first_event_timeout,
-            idle=idle_timeout,
-            total=total_timeout,
-        ),
-        trace=trace,
-        started=time.monotonic(),
-        capture=writer,
-    )
+    writer = session.capture
     owned = client is None
     http = client if client is not None else httpx2.AsyncClient(verify=default_ssl_context())
     s = AsyncStream(session, http, raise_on_error)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json as jsonlib
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -14,8 +13,8 @@ import httpx2
 from ..errors import StreamError, StreamTimeout
 from ..events import Event, TextDelta
 from ..message import Message
-from .capture import CaptureWriter
-from .policy import Deadlines, ResumeMode, Retry
+from .opening import open_session
+from .policy import ResumeMode, Retry
 from .session import StreamSession
 from .transport import (
     BODY_EXCERPT,
@@ -26,7 +25,7 @@ from .transport import (
     httpx_timeout,
 )
 
-__all__ = ["Stream", "request_body", "stream"]
+__all__ = ["Stream", "stream"]
 
 
 class Stream:
@@ -165,31 +164,12 @@ def stream(
     ``StreamTimeout``, ``UpstreamStatusError``, protocol error that ended it) otherwise, unless
     ``raise_on_error=False``. Leaving the block early ends the message ``cancelled``.
     """
-    body, all_headers = request_body(json, content, headers)
-    started = time.monotonic()
-    writer = (
-        CaptureWriter(capture, method=method, url=url, dialect=dialect, started=time.time())
-        if capture is not None
-        else None
+    session = open_session(
+        method, url, dialect=dialect, json=json, content=content, headers=headers, retry=retry,
+        resume=resume, connect_timeout=connect_timeout, first_event_timeout=first_event_timeout,
+        idle_timeout=idle_timeout, total_timeout=total_timeout, capture=capture, trace=trace,
     )
-    session = StreamSession(
-        method,
-        url,
-        dialect=dialect,
-        content=body,
-        headers=all_headers,
-        retry=retry or Retry(),
-        resume=resume,
-        deadlines=Deadlines(
-            connect=connect_timeout,
-            first_event=first_event_timeout,
-            idle=idle_timeout,
-            total=total_timeout,
-        ),
-        trace=trace,
-        started=started,
-        capture=writer,
-    )
+    writer = session.capture
     owned = client is None
     http = client if client is not None else httpx2.Client(verify=default_ssl_context())
     s = Stream(session, http, raise_on_error)
@@ -201,18 +181,3 @@ def stream(
             writer.close()
         if owned:
             http.close()
-
-
-def request_body(
-    json: Any, content: bytes | None, headers: Mapping[str, str] | None
-) -> tuple[bytes | None, dict[str, str]]:
-    """The body bytes and headers of every attempt (the same bytes each time)."""
-    if json is not None and content is not None:
-        raise ValueError("pass json= or content=, not both")
-    all_headers = {k.lower(): v for k, v in (headers or {}).items()}
-    # Frames must be parseable as they arrive: no compressed bodies.
-    all_headers.setdefault("accept-encoding", "identity")
-    if json is None:
-        return content, all_headers
-    all_headers.setdefault("content-type", "application/json")
-    return jsonlib.dumps(json, ensure_ascii=False).encode("utf-8"), all_headers
