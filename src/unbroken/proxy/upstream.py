@@ -1,9 +1,11 @@
 """``Producer``: the task that reads one upstream stream, once, into the journal.
 
-It does not depend on any client connection: readers come and go through the journal. Per
-upstream network read: ``StreamReceiver.receive_data`` -> frames -> one journal append holding
-all of them (group commit) -> readers woken. Frames are numbered 1, 2, 3 ... by the proxy (pings
-and ``[DONE]`` included; SSE comments are not frames).
+It does not depend on any client connection: readers come and go through the journal. Per turn
+of the event loop: the chunks read -> ``StreamReceiver.receive_data`` once -> frames -> one
+journal append (committed with every other stream's in one group commit) -> readers woken. The
+producer never waits for a commit to read on; readers are woken only after the commit that holds
+their frames. Frames are numbered 1, 2, 3 ... by the proxy (pings and ``[DONE]`` included; SSE
+comments are not frames).
 
 When the upstream breaks before a finish reason, a Responses background stream is continued
 upstream (``GET /v1/responses/{id}?stream=true&starting_after=N``, frames deduplicated by

@@ -1,10 +1,15 @@
 """The journal: every stream the proxy serves, and every frame of it, in seq order.
 
 One small interface, two implementations (``MemoryJournal`` for tests, ``SQLiteJournal`` by
-default). The producer of a stream calls ``create`` once, then ``append`` once per upstream read
-(group commit: all frames of that read and the stream's new state in one transaction). Readers
-call ``follow``: frames after a seq from storage, then the live tail as it is appended, woken by an
-in-process notification (``LiveTail``), never by sleep-polling.
+default). The producer of a stream calls ``create`` once, then ``submit`` with the frames of
+each turn of the event loop (its frames and new state land in one transaction; a backend may
+fold the appends of many streams into one group commit) and ``append`` for the last ones, which
+it awaits. Readers call ``follow``: frames after a seq from storage, then the live tail as it
+lands, woken by an in-process notification (``LiveTail``), never by sleep-polling.
+
+Room left for later (issue 7): the SQLite schema is versioned (``PRAGMA user_version``) for new
+columns such as an idempotency key or a producer lease; ``unfinished()`` is where crash recovery
+starts; a Redis Streams journal would override ``follow`` to block on the stream itself.
 
 Nothing secret is ever stored: credentials and stream tokens only as SHA-256 hashes.
 """
