@@ -93,6 +93,11 @@ def test_no_secret_reaches_the_journal_file(proxy: str, mock_server: str, store:
                               timeout=10)
         token = created.headers["unbroken-stream-token"]
         assert token.encode() not in _journal_bytes(store)
+    # Gemini's key in the query string: the upstream gets it, the journal does not.
+    call = CALLS["gemini"]
+    by_query = httpx2.post(f"{proxy}{call.path}&key={KEY}", json=call.body, timeout=10,
+                           headers={"Unbroken-Mock": SCENARIO})
+    assert by_query.status_code == 200
     assert KEY.encode() not in _journal_bytes(store)
     conn = sqlite3.connect(store)
     headers = [row[0] for row in conn.execute("SELECT response_headers FROM streams")]
