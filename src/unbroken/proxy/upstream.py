@@ -143,9 +143,10 @@ class Producer:
     async def _pump(self, response: httpx2.Response) -> StreamError | None:
         """Read one upstream response to its end; the error that broke it, if any.
 
-        httpx yields one HTTP chunk at a time, often one frame each. Chunks are only collected
-        here; ``_drain`` parses and submits all of them once per turn of the event loop, so a
-        burst costs one parse call and one journal append, not one per frame.
+        httpx yields one HTTP chunk at a time, often one frame each. The first chunk of a turn of
+        the event loop is parsed at once; the rest of that turn's burst is collected and
+        ``_drain`` parses and submits it in one go, so a burst costs two parse calls and two
+        journal appends, not one per frame.
         """
         receiver = self._receiver
         inbox = self._inbox
@@ -155,10 +156,14 @@ class Producer:
                 encoded = response.headers.get("content-encoding", "identity") != "identity"
                 chunks = response.aiter_bytes() if encoded else response.aiter_raw()
                 async for chunk in chunks:
-                    inbox.append(chunk)
-                    if not self._drain_scheduled:
+                    if self._drain_scheduled:
+                        inbox.append(chunk)  # more of this turn's burst: parsed at its end
+                    else:
+                        # The first chunk of a turn is parsed at once (no added latency); the
+                        # call marks the burst and parses whatever else this turn brings.
                         self._drain_scheduled = True
                         asyncio.get_running_loop().call_soon(self._drain)
+                        self._parse(chunk)
                     if receiver.finished:  # a malformed body: the message failed
                         break
                     if self._in_flight > _MAX_IN_FLIGHT or self._commit_error is not None:
@@ -191,6 +196,9 @@ class Producer:
             return
         data = inbox[0] if len(inbox) == 1 else b"".join(inbox)
         inbox.clear()
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
         receiver = self._receiver
         if receiver.finished:
             return
