@@ -1,0 +1,68 @@
+"""Where a reader starts (``events_cursor``) and what the live tail's cache answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from unbroken.proxy.journal import FrameRecord, LiveTail
+from unbroken.proxy.replay import events_cursor
+
+SID = "ub_0123456789abcdef01234567"
+
+
+def test_events_cursor_prefers_last_event_id() -> None:
+    assert events_cursor(SID, {}, {}) == 0
+    assert events_cursor(SID, {}, {"after": "7"}) == 7
+    assert events_cursor(SID, {"last-event-id": f"{SID}:3"}, {"after": "7"}) == 3
+    assert events_cursor(SID, {"last-event-id": f" {SID}:0 "}, {}) == 0
+
+
+@pytest.mark.parametrize(
+    ("headers", "query"),
+    [
+        ({"last-event-id": "ub_other000000000000000000:3"}, {}),
+        ({"last-event-id": f"{SID}:x"}, {}),
+        ({"last-event-id": f"{SID}:-1"}, {}),
+        ({"last-event-id": "3"}, {}),
+        ({}, {"after": "-1"}),
+        ({}, {"after": "2.5"}),
+        ({}, {"after": "\uff13"}),
+    ],
+)
+def test_events_cursor_refuses_what_does_not_name_a_seq_of_this_stream(
+    headers: dict[str, str], query: dict[str, str]
+) -> None:
+    assert events_cursor(SID, headers, query) is None
+
+
+def frames(first: int, last: int) -> list[FrameRecord]:
+    return [FrameRecord(seq, None, b"x") for seq in range(first, last + 1)]
+
+
+def test_live_tail_cache_is_bounded_and_knows_what_it_lost() -> None:
+    tail = LiveTail(SID, max_frames=3)
+    assert tail.after(0) == []
+    tail.publish(frames(1, 2), ended=False)
+    assert tail.after(0) == frames(1, 2)
+    assert tail.after(1) == frames(2, 2)
+    assert tail.after(2) == []
+    tail.publish(frames(3, 5), ended=False)
+    assert tail.last_seq == 5
+    assert tail.after(1) is None  # frame 2 left the cache: read it from storage
+    assert tail.after(2) == frames(3, 5)
+    assert tail.after(4) == frames(5, 5)
+    assert tail.after(9) == []
+    assert not tail.ended
+    tail.close()
+    assert tail.ended
+
+
+def test_live_tail_counts_readers() -> None:
+    tail = LiveTail(SID)
+    seen: list[int] = []
+    tail.on_readers = seen.append
+    tail.attach()
+    tail.attach()
+    tail.detach()
+    tail.detach()
+    assert (seen, tail.readers) == ([1, 2, 1, 0], 0)
