@@ -230,7 +230,7 @@ async def test_sqlite_survives_reopen(tmp_path: Path) -> None:
         await second.close()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
     conn.close()
 
 

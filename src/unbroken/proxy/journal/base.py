@@ -20,7 +20,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ...finish import END_STATES, Status
 from .live import LiveTail
@@ -29,6 +29,8 @@ __all__ = [
     "FOLLOW_BATCH",
     "FrameRecord",
     "Journal",
+    "JournalObserver",
+    "Lease",
     "StreamMeta",
     "StreamRecord",
     "StreamState",
@@ -53,6 +55,23 @@ class FrameRecord(NamedTuple):
     text: str = ""
 
 
+class Lease(NamedTuple):
+    """Which proxy process produces a stream, and until when (epoch seconds) that holds unless
+    the process renews it. A stream whose lease ran out has no producer any more."""
+
+    owner: str
+    expires: float
+
+
+class JournalObserver(Protocol):
+    """Told about every append that landed and every commit (metrics, status logs)."""
+
+    def landed(self, stream_id: str, frames: Sequence[FrameRecord],
+               state: StreamState) -> None: ...
+
+    def committed(self, seconds: float) -> None: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamMeta:
     """What is fixed when a stream is created."""
@@ -66,6 +85,10 @@ class StreamMeta:
     request_path: str = ""
     # End-to-end upstream response headers (no cookies), repeated on a resume's response.
     response_headers: tuple[tuple[str, str], ...] = ()
+    # Hashes of (credential, Idempotency-Key) and of the request (path and body).
+    idempotency_hash: str | None = None
+    request_hash: str | None = None
+    background: bool = False  # a Responses background stream (resumable upstream)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,6 +145,7 @@ class Journal(ABC):
         self._tails: dict[str, LiveTail] = {}
         self.is_open = False
         self._tail_frames = tail_frames
+        self.observer: JournalObserver | None = None
 
     # -- storage (one implementation per backend) ---------------------------------------------
 
@@ -134,7 +158,8 @@ class Journal(ABC):
         self.is_open = False
 
     @abstractmethod
-    async def _create(self, meta: StreamMeta, state: StreamState) -> None: ...
+    async def _create(self, meta: StreamMeta, state: StreamState, lease: Lease | None) -> None:
+        ...
 
     @abstractmethod
     def _store(
@@ -160,16 +185,49 @@ class Journal(ABC):
     async def unfinished(self) -> list[str]:
         """Ids of streams whose stored status is not an end state."""
 
+    @abstractmethod
+    async def find_idempotent(self, idempotency_hash: str) -> StreamRecord | None:
+        """The newest stream created with this idempotency hash (without text), if any."""
+
+    @abstractmethod
+    async def lease(self, stream_id: str) -> Lease | None:
+        """The stream's producer lease, if it has one."""
+
+    @abstractmethod
+    async def set_lease(self, stream_id: str, lease: Lease) -> None:
+        """Give the stream's lease to a (new) owner."""
+
+    @abstractmethod
+    async def renew_leases(self, owner: str, expires: float) -> int:
+        """Extend every lease ``owner`` holds on a stream not ended; how many."""
+
     # -- the interface the proxy uses ---------------------------------------------------------
 
-    async def create(self, meta: StreamMeta, state: StreamState) -> LiveTail:
+    async def create(self, meta: StreamMeta, state: StreamState,
+                     lease: Lease | None = None) -> LiveTail:
         """Store a new stream and open its live tail (the producer holds it until the end)."""
         tail = LiveTail(meta.stream_id, max_frames=self._tail_frames)
         self._tails[meta.stream_id] = tail
         try:
-            await self._create(meta, state)
+            await self._create(meta, state, lease)
         except BaseException:
             del self._tails[meta.stream_id]
+            raise
+        return tail
+
+    async def reopen(self, stream_id: str, state: StreamState, lease: Lease) -> LiveTail:
+        """Open a live tail again for a stream that ended ``interrupted`` and is continued
+        (a Responses background stream re-attached upstream); ``state`` is its new state."""
+        if stream_id in self._tails:
+            raise ValueError(f"stream {stream_id} is live already")
+        tail = LiveTail(stream_id, max_frames=self._tail_frames)
+        tail.last_seq = state.last_seq  # older frames come from storage
+        self._tails[stream_id] = tail
+        try:
+            await self.set_lease(stream_id, lease)
+            await self.set_status(stream_id, state)
+        except BaseException:
+            self._tails.pop(stream_id, None)
             raise
         return tail
 
@@ -198,6 +256,8 @@ class Journal(ABC):
 
     def _landed(self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState) -> None:
         """Frames and state are durable: wake the stream's readers (and end its tail)."""
+        if self.observer is not None:
+            self.observer.landed(stream_id, frames, state)
         tail = self._tails.get(stream_id)
         if tail is None:
             return

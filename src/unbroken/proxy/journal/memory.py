@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ...finish import END_STATES
-from .base import FrameRecord, Journal, StreamMeta, StreamRecord, StreamState
+from .base import FrameRecord, Journal, Lease, StreamMeta, StreamRecord, StreamState
 
 __all__ = ["MemoryJournal"]
 
@@ -18,6 +18,7 @@ class _Stored:
     state: StreamState
     # frames[i] has seq i + 1: proxy seqs start at 1 and have no gaps.
     frames: list[FrameRecord] = field(default_factory=list)
+    lease: Lease | None = None
 
 
 class MemoryJournal(Journal):
@@ -27,10 +28,10 @@ class MemoryJournal(Journal):
         super().__init__(tail_frames=tail_frames)
         self._streams: dict[str, _Stored] = {}
 
-    async def _create(self, meta: StreamMeta, state: StreamState) -> None:
+    async def _create(self, meta: StreamMeta, state: StreamState, lease: Lease | None) -> None:
         if meta.stream_id in self._streams:
             raise KeyError(f"stream {meta.stream_id!r} exists")
-        self._streams[meta.stream_id] = _Stored(meta=meta, state=state)
+        self._streams[meta.stream_id] = _Stored(meta=meta, state=state, lease=lease)
 
     def _store(
         self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
@@ -84,3 +85,30 @@ class MemoryJournal(Journal):
             for stream_id, stored in self._streams.items()
             if stored.state.status not in END_STATES
         ]
+
+    async def find_idempotent(self, idempotency_hash: str) -> StreamRecord | None:
+        found = [stored for stored in self._streams.values()
+                 if stored.meta.idempotency_hash == idempotency_hash]
+        if not found:
+            return None
+        newest = max(found, key=lambda stored: stored.meta.created)
+        return await self.get(newest.meta.stream_id, with_text=False)
+
+    async def lease(self, stream_id: str) -> Lease | None:
+        stored = self._streams.get(stream_id)
+        return None if stored is None else stored.lease
+
+    async def set_lease(self, stream_id: str, lease: Lease) -> None:
+        stored = self._streams.get(stream_id)
+        if stored is None:
+            raise KeyError(f"unknown stream {stream_id!r}")
+        stored.lease = lease
+
+    async def renew_leases(self, owner: str, expires: float) -> int:
+        renewed = 0
+        for stored in self._streams.values():
+            if (stored.lease is not None and stored.lease.owner == owner
+                    and stored.state.status not in END_STATES):
+                stored.lease = Lease(owner, expires)
+                renewed += 1
+        return renewed

@@ -10,11 +10,13 @@ thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop:
 checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
 their own connection; in WAL mode readers never block the writer, nor it them.
 
-Schema (``PRAGMA user_version`` = 1)::
+Schema (``PRAGMA user_version`` = 2; a version 1 file gains the columns of 2 when opened)::
 
     streams(stream_id PK, dialect, created, updated, status, finish_reason, raw_finish_reason,
             last_seq, usage JSON, error JSON, upstream_requests, provider_id, credential_hash,
-            token_hash, media_type, request_path, response_headers JSON)
+            token_hash, media_type, request_path, response_headers JSON,
+            idempotency_hash, request_hash, background,       -- version 2
+            lease_owner, lease_expires)                       -- version 2
     frames(stream_id, seq, event, data BLOB, text, PRIMARY KEY (stream_id, seq)) WITHOUT ROWID
 """
 
@@ -24,15 +26,16 @@ import asyncio
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ...finish import END_STATES, Status
-from .base import FrameRecord, Journal, StreamMeta, StreamRecord, StreamState
+from .base import FrameRecord, Journal, Lease, StreamMeta, StreamRecord, StreamState
 
 __all__ = ["SCHEMA_VERSION", "SQLiteJournal"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS streams (
     stream_id TEXT PRIMARY KEY,
@@ -51,7 +54,12 @@ CREATE TABLE IF NOT EXISTS streams (
     token_hash TEXT NOT NULL,
     media_type TEXT NOT NULL,
     request_path TEXT NOT NULL,
-    response_headers TEXT NOT NULL
+    response_headers TEXT NOT NULL,
+    idempotency_hash TEXT,
+    request_hash TEXT,
+    background INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_expires REAL
 );
 CREATE INDEX IF NOT EXISTS streams_updated ON streams (updated);
 CREATE TABLE IF NOT EXISTS frames (
@@ -62,11 +70,20 @@ CREATE TABLE IF NOT EXISTS frames (
     text TEXT,
     PRIMARY KEY (stream_id, seq)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS streams_idempotency ON streams (idempotency_hash)
+    WHERE idempotency_hash IS NOT NULL;
 """
+_UPGRADE_FROM_1: Final = (
+    "ALTER TABLE streams ADD COLUMN idempotency_hash TEXT",
+    "ALTER TABLE streams ADD COLUMN request_hash TEXT",
+    "ALTER TABLE streams ADD COLUMN background INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE streams ADD COLUMN lease_owner TEXT",
+    "ALTER TABLE streams ADD COLUMN lease_expires REAL",
+)
 _STREAM_COLUMNS: Final = (
     "stream_id, dialect, created, updated, status, finish_reason, raw_finish_reason, last_seq, "
     "usage, error, upstream_requests, provider_id, credential_hash, token_hash, media_type, "
-    "request_path, response_headers"
+    "request_path, response_headers, idempotency_hash, request_hash, background"
 )
 _UPDATE_STATE: Final = (
     "UPDATE streams SET updated = ?, status = ?, finish_reason = ?, raw_finish_reason = ?, "
@@ -179,6 +196,9 @@ class SQLiteJournal(Journal):
                     f"{self.path}: journal schema {version} is newer than this proxy's"
                     f" ({SCHEMA_VERSION})"
                 )
+            if version == 1:
+                for statement in _UPGRADE_FROM_1:
+                    setup.execute(statement)
             setup.executescript(_SCHEMA)
             setup.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         finally:
@@ -237,6 +257,7 @@ class SQLiteJournal(Journal):
         if batch is None:
             return
         self._last_flush = asyncio.get_running_loop().time()
+        started = time.perf_counter()
         try:
             if self._writer is None:
                 raise RuntimeError("the journal closed")
@@ -246,6 +267,8 @@ class SQLiteJournal(Journal):
                 batch.future.set_exception(error)
             return
         self.commits += 1
+        if self.observer is not None:
+            self.observer.committed(time.perf_counter() - started)
         for stream_id, frames, state in batch.appends:
             self._landed(stream_id, frames, state)
         if not batch.future.cancelled():
@@ -258,15 +281,18 @@ class SQLiteJournal(Journal):
 
     # -- storage ------------------------------------------------------------------------------
 
-    async def _create(self, meta: StreamMeta, state: StreamState) -> None:
+    async def _create(self, meta: StreamMeta, state: StreamState, lease: Lease | None) -> None:
         row = (
             meta.stream_id, meta.dialect, meta.created, state.updated, state.status.value,
             state.finish_reason, state.raw_finish_reason, state.last_seq, _dumps(state.usage),
             _dumps(state.error), state.upstream_requests, state.provider_id,
             meta.credential_hash, meta.token_hash, meta.media_type, meta.request_path,
-            json.dumps(list(meta.response_headers)),
+            json.dumps(list(meta.response_headers)), meta.idempotency_hash, meta.request_hash,
+            int(meta.background),
+            None if lease is None else lease.owner, None if lease is None else lease.expires,
         )
-        sql = f"INSERT INTO streams ({_STREAM_COLUMNS}) VALUES ({', '.join('?' * len(row))})"
+        columns = f"{_STREAM_COLUMNS}, lease_owner, lease_expires"
+        sql = f"INSERT INTO streams ({columns}) VALUES ({', '.join('?' * len(row))})"
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(sql, row)
@@ -363,6 +389,57 @@ class SQLiteJournal(Journal):
         return result
 
 
+    async def find_idempotent(self, idempotency_hash: str) -> StreamRecord | None:
+        def read(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT stream_id FROM streams WHERE idempotency_hash = ? "
+                "ORDER BY created DESC LIMIT 1",
+                (idempotency_hash,),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        stream_id: str | None = self._read(read)
+        return None if stream_id is None else await self.get(stream_id, with_text=False)
+
+    async def lease(self, stream_id: str) -> Lease | None:
+        def read(conn: sqlite3.Connection) -> Lease | None:
+            row = conn.execute(
+                "SELECT lease_owner, lease_expires FROM streams WHERE stream_id = ?",
+                (stream_id,),
+            ).fetchone()
+            if row is None or row[0] is None:
+                return None
+            return Lease(row[0], row[1])
+
+        result: Lease | None = self._read(read)
+        return result
+
+    async def set_lease(self, stream_id: str, lease: Lease) -> None:
+        def write(conn: sqlite3.Connection) -> None:
+            updated = conn.execute(
+                "UPDATE streams SET lease_owner = ?, lease_expires = ? WHERE stream_id = ?",
+                (lease.owner, lease.expires, stream_id),
+            ).rowcount
+            if updated != 1:
+                raise KeyError(f"unknown stream {stream_id!r}")
+
+        await self._write(write)
+
+    async def renew_leases(self, owner: str, expires: float) -> int:
+        ended = tuple(status.value for status in END_STATES)
+
+        def write(conn: sqlite3.Connection) -> int:
+            marks = ", ".join("?" * len(ended))
+            return conn.execute(
+                f"UPDATE streams SET lease_expires = ? WHERE lease_owner = ? "
+                f"AND status NOT IN ({marks})",
+                (expires, owner, *ended),
+            ).rowcount
+
+        result: int = await self._write(write)
+        return result
+
+
 def _material(state: StreamState) -> tuple[Any, ...]:
     """What in a state must be written at once (progress alone may wait)."""
     return (state.status, state.finish_reason, state.raw_finish_reason, state.usage,
@@ -373,7 +450,8 @@ def _record(row: tuple[Any, ...], text: str, frames_last_seq: int | None) -> Str
     (
         stream_id, dialect, created, updated, status, finish_reason, raw_finish_reason,
         last_seq, usage, error, upstream_requests, provider_id, credential_hash, token_hash,
-        media_type, request_path, response_headers,
+        media_type, request_path, response_headers, idempotency_hash, request_hash,
+        background,
     ) = row
     meta = StreamMeta(
         stream_id=stream_id,
@@ -384,6 +462,9 @@ def _record(row: tuple[Any, ...], text: str, frames_last_seq: int | None) -> Str
         credential_hash=credential_hash,
         request_path=request_path,
         response_headers=tuple((name, value) for name, value in json.loads(response_headers)),
+        idempotency_hash=idempotency_hash,
+        request_hash=request_hash,
+        background=bool(background),
     )
     state = StreamState(
         status=Status(status),
