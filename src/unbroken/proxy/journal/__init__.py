@@ -6,7 +6,15 @@
 
 from __future__ import annotations
 
-from .base import FrameRecord, Journal, StreamMeta, StreamRecord, StreamState
+from .base import (
+    FrameRecord,
+    Journal,
+    JournalObserver,
+    Lease,
+    StreamMeta,
+    StreamRecord,
+    StreamState,
+)
 from .live import LiveTail
 from .memory import MemoryJournal
 from .sqlite import SQLiteJournal
@@ -14,6 +22,8 @@ from .sqlite import SQLiteJournal
 __all__ = [
     "FrameRecord",
     "Journal",
+    "JournalObserver",
+    "Lease",
     "LiveTail",
     "MemoryJournal",
     "SQLiteJournal",

@@ -1,0 +1,143 @@
+"""Producer leases and crash recovery.
+
+Every live stream has a lease in the journal: this process's owner id and an expiry, renewed by
+``LeaseKeeper`` every ``renew_every`` seconds for all its streams in one statement. A process
+that dies (SIGKILL, power loss) stops renewing; once the lease has expired the stream has no
+producer, and ``Recovery`` marks it ``interrupted`` with the reason in its error, every journaled
+frame kept. That happens when a proxy starts on the journal (at once for an expired lease, at
+its expiry for one still running), and whenever a reader finds such a stream.
+
+A stream marked so gets the dialect's error frame last, so the official SDKs raise, except a
+Responses background stream with a known response id: it stays continuable, and is re-attached
+upstream (``starting_after``) when its owner next resumes it, since only that request carries
+the owner's credential again. Its readers meanwhile get an error frame on the wire only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import replace
+
+from ..finish import Status
+from .journal import FrameRecord, Journal, Lease, StreamRecord
+from .logs import log_event
+from .wire import error_frame
+
+__all__ = ["REATTACHABLE", "LeaseKeeper", "Recovery", "reattachable"]
+
+REATTACHABLE = "proxy_lost"  # the error type of a stream whose producer's process is gone
+log = logging.getLogger("unbroken.proxy")
+
+
+def reattachable(record: StreamRecord) -> bool:
+    """A stream left by a dead producer that its upstream can continue (Responses background)."""
+    state = record.state
+    return (
+        record.meta.dialect == "openai-responses"
+        and record.meta.background
+        and state.provider_id is not None
+        and state.status is Status.INTERRUPTED
+        and (state.error or {}).get("type") == REATTACHABLE
+    )
+
+
+class LeaseKeeper:
+    """This process's leases: one owner id, renewed for all its live streams at once."""
+
+    def __init__(self, journal: Journal, *, ttl: float, renew_every: float) -> None:
+        self.journal = journal
+        self.ttl = ttl
+        self.renew_every = renew_every
+        self.owner = "proxy_" + secrets.token_hex(8)
+
+    def lease(self) -> Lease:
+        return Lease(self.owner, time.time() + self.ttl)
+
+    async def run(self) -> None:
+        """Renew forever (a task of the lifespan)."""
+        while True:
+            await asyncio.sleep(self.renew_every)
+            try:
+                await self.journal.renew_leases(self.owner, time.time() + self.ttl)
+            except Exception:
+                log.exception("lease renewal failed")
+
+
+class Recovery:
+    """Marks streams whose producer is gone ``interrupted``, exactly once each."""
+
+    def __init__(self, journal: Journal, keeper: LeaseKeeper) -> None:
+        self.journal = journal
+        self.keeper = keeper
+        self._lock = asyncio.Lock()
+        self._timers: set[asyncio.TimerHandle] = set()
+
+    async def startup(self) -> int:
+        """Settle every unfinished stream of the journal: now if its lease expired, else at its
+        expiry. How many were marked now."""
+        marked = 0
+        loop = asyncio.get_running_loop()
+        for stream_id in await self.journal.unfinished():
+            lease = await self.journal.lease(stream_id)
+            wait = 0.0 if lease is None else lease.expires - time.time()
+            if wait <= 0:
+                marked += await self.settle(stream_id) is not None
+            else:
+                timer = loop.call_later(wait + 0.01, self._settle_later, stream_id)
+                self._timers.add(timer)
+        return marked
+
+    def _settle_later(self, stream_id: str) -> None:
+        asyncio.get_running_loop().create_task(self._settle_logged(stream_id))
+
+    async def _settle_logged(self, stream_id: str) -> None:
+        try:
+            await self.settle(stream_id)
+        except Exception:
+            log.exception("stream %s: recovery failed", stream_id)
+
+    def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+
+    async def settle(self, stream_id: str) -> StreamRecord | None:
+        """If the stream is unfinished, not produced here and its lease expired, mark it
+        ``interrupted``; the record as it is now, or ``None`` if unknown."""
+        async with self._lock:
+            record = await self.journal.get(stream_id, with_text=False)
+            if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
+                return record
+            lease = await self.journal.lease(stream_id)
+            if lease is not None and lease.expires > time.time():
+                return record  # its producer may still be alive elsewhere
+            return await self._interrupt(record, lease)
+
+    async def _interrupt(self, record: StreamRecord, lease: Lease | None) -> StreamRecord:
+        state = record.state
+        message = ("unbroken proxy: the proxy producing this stream stopped (its lease "
+                   "expired) before the stream finished")
+        interrupted = replace(state, status=Status.INTERRUPTED, updated=time.time(),
+                              error={"type": REATTACHABLE, "message": message})
+        continuable = reattachable(replace(record, state=interrupted))
+        frames: list[FrameRecord] = []
+        if not continuable:
+            interrupted = replace(interrupted, last_seq=state.last_seq + 1)
+            frames.append(error_frame(record.meta.dialect, state.last_seq + 1, "proxy_restarted",
+                                      message, _next_provider_seq(record)))
+        await self.journal.append(record.meta.stream_id, frames, interrupted)
+        log_event("stream.recovered", level=logging.WARNING, stream_id=record.meta.stream_id,
+                  seq=interrupted.last_seq, status="interrupted", continuable=continuable,
+                  lease_owner=None if lease is None else lease.owner)
+        return replace(record, state=interrupted)
+
+
+def _next_provider_seq(record: StreamRecord) -> int | None:
+    # The Responses error event continues the provider's numbering; a foreground Responses
+    # stream's last frame number is its last seq minus one (sequence_number starts at 0).
+    if record.meta.dialect != "openai-responses":
+        return None
+    return record.state.last_seq
