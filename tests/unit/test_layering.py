@@ -126,19 +126,37 @@ def core_files() -> list[Path]:
 
 
 def imported_names(source: str, package: str) -> list[str]:
-    """Every module an import statement in ``source`` names, made absolute; at any depth."""
-    names = []
-    for node in ast.walk(ast.parse(source)):
+    """Every module an import statement in ``source`` names, made absolute; at any depth.
+
+    Imports under ``if TYPE_CHECKING:`` never run and are skipped.
+    """
+    names: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
         if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
+            names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             if node.level:
                 parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join([*parts, module] if module else parts)
             names.append(module)
-            names += [f"{module}.{alias.name}" for alias in node.names]
+            names.extend(f"{module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
     return names
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    if isinstance(test, ast.Name):
+        return test.id.lstrip("_") == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
 
 
 def violations(source: str, package: str) -> list[str]:
@@ -161,7 +179,12 @@ def test_the_source_scan_sees_relative_and_nested_imports() -> None:
     source = textwrap.dedent(
         """
         import re, socket
+        from typing import TYPE_CHECKING as _TYPE_CHECKING
         from ..errors import StreamError
+        if _TYPE_CHECKING:
+            from ..client import Stream
+        else:
+            import threading
         def later():
             from ..client import stream
             from . import sse
@@ -171,8 +194,11 @@ def test_the_source_scan_sees_relative_and_nested_imports() -> None:
     assert imported_names(source, "unbroken.framing") == [
         "re",
         "socket",
+        "typing",
+        "typing.TYPE_CHECKING",
         "unbroken.errors",
         "unbroken.errors.StreamError",
+        "threading",
         "unbroken.client",
         "unbroken.client.stream",
         "unbroken.framing",
@@ -181,6 +207,7 @@ def test_the_source_scan_sees_relative_and_nested_imports() -> None:
     ]
     assert violations(source, "unbroken.framing") == [
         "socket",
+        "threading",
         "unbroken.client",
         "unbroken.client.stream",
         "time",

@@ -12,11 +12,18 @@ gives identical events, the LF of a CRLF that *ends an event* is always counted 
 Where blocks end: every CR or LF ends a line, except that CR LF together end one line. So two
 line-ending bytes in a row other than CR LF -- ``\\n\\n``, ``\\n\\r`` or ``\\r\\r`` -- mean the
 second one ends an empty line, and a block ends right after it; so does a line ending at the very
-start of a block. Each read is searched once, backwards, for the last such pair: everything before
-it is a region of complete blocks, decoded at once, and the rest waits in the buffer.
+start of a block. Only a read (and the pair its first byte makes with the last buffered byte) can
+hold a new block end, so each read is searched once, backwards, for the last pair: everything
+before it is complete blocks, decoded at once; the rest waits in the buffer. A read without a line
+ending is only appended. The buffer is never searched again, and copied only when a block in it
+is complete, so the work is linear for any chunking.
 
-Hot path: when every block of a region is one ``data: `` line (checked by counting line endings,
-not by looping), the region is split and decoded with a handful of C-level calls.
+Two paths decode complete blocks. The hot path takes a read whose complete blocks are all single
+``data: `` lines (LF LF or CR LF CR terminated: OpenAI-style deltas): it splits
+them on the separator between two such lines and proves the shape as it goes (a value holding a
+line ending means some block had another one). Anything else -- other fields, comments, several
+lines, a decoding error, a buffer over 64 KiB -- takes the general path, which cuts blocks one by
+one and reads each line at byte level, decoding every value once, in place when it is huge.
 """
 
 from __future__ import annotations
@@ -46,6 +53,13 @@ _OPEN, _EOF, _FAILED = "open", "eof", "failed"
 # Above this many buffered bytes the copy-careful general path is taken (a huge event's bytes are
 # then copied once, not three times).
 _SMALL = 65536
+
+
+def _decode(src: bytes, start: int, stop: int, errors: str) -> str:
+    if stop - start < _COPY_LIMIT:
+        return src[start:stop].decode("utf-8", errors)
+    with memoryview(src) as view:  # a huge value is decoded in place, not copied first
+        return str(view[start:stop], "utf-8", errors)
 
 
 class ServerSentEvent(NamedTuple):
@@ -143,20 +157,31 @@ class SSEDecoder:
     def receive_data(self, data: bytes) -> list[ServerSentEvent]:
         # Membership tests take the byte as an int: with a bytes operand CPython first tries it as
         # an int, fails, and clears the error (5x slower).
-        if self._plain and _LF not in data and _CR not in data:
-            # No line ends in this read, so no block can.
+        if self._plain:  # open, and past the BOM
             buf = self._buf
-            buf += data
-            if len(buf) > self._max:
-                self._end(_FAILED)
-                raise self._too_large(self._base)
-            return []
-        if self._state is not _OPEN:
-            raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
-        if data.__class__ is not bytes:
-            data = bytes(data)  # the searches below need real bytes, not a memoryview
-        if self._head is not None:
-            rest = self._take_head(data)
+            if _LF not in data and _CR not in data:
+                # No line ends in this read, so no block can.
+                buf += data
+                if len(buf) > self._max:
+                    self._end(_FAILED)
+                    raise self._too_large(self._base)
+                return []
+            if len(data) == 1 and len(buf) > 1 and (buf[-1], data[0]) not in _PAIRS:
+                # One line-ending byte that ends a line that is not empty (it makes no pair
+                # with the last byte, and the block has begun): no block can end either.
+                if data[0] == _CR:
+                    self._cr = True
+                buf += data
+                if len(buf) > self._max:
+                    self._end(_FAILED)
+                    raise self._too_large(self._base)
+                return []
+            if data.__class__ is not bytes:
+                data = bytes(data)  # the searches below need real bytes, not a memoryview
+        else:
+            if self._state is not _OPEN:
+                raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
+            rest = self._take_head(bytes(data))
             if rest is None:
                 return []  # the body so far is the start of a BOM
             self._plain = True
@@ -406,68 +431,68 @@ class SSEDecoder:
                     end = match.end()
                 if end - start > self._max:
                     raise self._too_large(base + start)
-                event = self._block(region, text, end, lf_only, base)
+                try:
+                    event = self._block(region, start, text, end, lf_only)
+                except UnicodeDecodeError:
+                    raise self._decoding_error(region, text, end, base) from None
                 if event is not None:
-                    events.append(event._replace(nbytes=end - start, raw=region[start:end]))
+                    events.append(event)
             swallow_lf = region[end - 1] == _CR
             start = end
 
     def _block(
-        self, region: bytes, pos: int, end: int, lf_only: bool, base: int
+        self, region: bytes, start: int, pos: int, end: int, lf_only: bool
     ) -> ServerSentEvent | None:
-        """Interpret the lines of one block; ``nbytes`` and ``raw`` are left to the caller.
+        """Interpret the block ``region[start:end]``, whose lines start at ``pos``.
 
         Lines, colons and the one space after them are found at byte level (none of them occurs
         inside a UTF-8 sequence), and each value is decoded once. A block of one line (plus its
         blank line) is read in place, so a huge line is never copied; a longer block is split
-        into lines once. In strict mode every other line (comments, unknown fields) is decoded
-        too, in order, so the first invalid byte of the block is the one reported.
+        into lines once. In strict mode comments and unknown fields are decoded too, in order,
+        so any invalid byte raises ``UnicodeDecodeError`` in the first line that holds one.
         """
         eol = region.find(b"\n", pos, end)
         if not lf_only:
             cr = region.find(b"\r", pos, end)
             if cr >= 0 and (eol < 0 or cr < eol):
                 eol = cr
-        lines: list[tuple[bytes, int, int, int]]  # (bytes holding the line, start, stop, offset)
+        lines: list[tuple[bytes, int, int]]  # (bytes holding the line, start, stop)
         if region[eol:end] in _LAST_LINE_ENDS:
-            lines = [(region, pos, eol, base)]
+            lines = [(region, pos, eol)]
         else:
-            lines = []
-            at = base + pos
-            for line in region[pos:end].splitlines(keepends=True):
-                lines.append((line, 0, len(line.rstrip(b"\r\n")), at))
-                at += len(line)
-        strict = self._errors == "strict"
+            lines = [(line, 0, len(line)) for line in region[pos:end].splitlines()]
+        errors = self._errors
+        strict = errors == "strict"
         event_type = ""
         data: list[str] = []
         block_id: str | None = None
         retry: int | None = None
-        for src, start, stop, at in lines:
-            if start == stop:
+        for src, first, stop in lines:
+            if first == stop:
                 break  # the blank line that ends the block
-            colon = src.find(b":", start, stop)
-            if colon == start:  # a comment
+            colon = src.find(b":", first, stop)
+            if colon == first:  # a comment
                 if strict:
-                    self._text(src, start, stop, at)
+                    _decode(src, first, stop, errors)
                 continue
             value_at = stop if colon < 0 else colon + 1
             if src[value_at : value_at + 1] == b" ":
                 value_at += 1
-            name = src[start : stop if colon < 0 else colon]
+            name = src[first : stop if colon < 0 else colon]
             if name == b"data":
-                data.append(self._text(src, value_at, stop, at))
+                data.append(_decode(src, value_at, stop, errors))
             elif name == b"event":
-                event_type = self._text(src, value_at, stop, at)
+                event_type = _decode(src, value_at, stop, errors)
             elif name == b"id":
-                value = self._text(src, value_at, stop, at)
+                value = _decode(src, value_at, stop, errors)
                 if "\x00" not in value:
                     block_id = value
             elif name == b"retry":
-                value = self._text(src, value_at, stop, at)
+                value = _decode(src, value_at, stop, errors)
                 if value.isascii() and value.isdigit():
                     retry = int(value)
             elif strict:
-                self._text(src, start, stop, at)  # an unknown field: ignored, but checked
+                _decode(src, first, stop, errors)  # an unknown field: ignored, but checked
         # The block takes effect as a whole (a decoding error above leaves no trace).
         if retry is not None:
             self._retry = retry
@@ -475,19 +500,27 @@ class SSEDecoder:
             self._last_event_id = block_id
         if not data:
             return None
-        return ServerSentEvent(
-            event_type or "message", "\n".join(data), self._last_event_id, block_id, retry
+        return _new_event(
+            _EVENT,
+            (
+                event_type or "message",
+                "\n".join(data),
+                self._last_event_id,
+                block_id,
+                retry,
+                end - start,
+                region[start:end],
+            ),
         )
 
-    def _text(self, src: bytes, start: int, stop: int, at: int) -> str:
-        """Decode ``src[start:stop]``; ``at`` is the stream offset of ``src[0]``."""
-        try:
-            if stop - start < _COPY_LIMIT:
-                return src[start:stop].decode("utf-8", self._errors)
-            with memoryview(src) as view:  # a huge value is decoded in place, not copied first
-                return str(view[start:stop], "utf-8", self._errors)
-        except UnicodeDecodeError as exc:
-            offset = at + start + exc.start
-            raise DecodingError(
-                f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}", offset=offset
-            ) from exc
+    def _decoding_error(self, region: bytes, text: int, end: int, base: int) -> DecodingError:
+        """The error for the first invalid byte of the block ``region[text:end]``."""
+        with memoryview(region) as view:
+            try:
+                str(view[text:end], "utf-8")
+            except UnicodeDecodeError as exc:
+                offset = base + text + exc.start
+                return DecodingError(
+                    f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}", offset=offset
+                )
+        raise AssertionError("the block decodes")  # pragma: no cover
