@@ -47,6 +47,13 @@ class ProxyConfig:
     ``on_disconnect="cancel"`` stops a generation once no reader has been attached for
     ``cancel_after`` seconds (0 when unset); with ``"keep"`` (the default) a generation runs to
     its end, unless ``cancel_after`` is set, which then bounds how long it runs unread.
+
+    Limits (``None``: none): ``max_body`` bytes of a streaming request's body (413; other
+    requests pass through unbuffered and unlimited), ``max_streams_per_key``
+    live streams per credential (429), ``max_streams`` live streams in all (503). ``idle_close``:
+    seconds an idle downstream keep-alive connection stays open. ``shutdown_grace``: seconds live
+    streams get to finish on SIGTERM before they are marked interrupted. A producer's lease
+    lasts ``lease_ttl`` seconds and is renewed every ``lease_renew`` seconds.
     """
 
     openai: str = DEFAULT_ORIGINS["openai"]
@@ -65,6 +72,13 @@ class ProxyConfig:
     max_event_size: int = DEFAULT_MAX_EVENT_SIZE
     tail_frames: int = 256
     upstream_resumes: int = 5
+    max_body: int | None = 32 * 2**20
+    max_streams: int | None = None
+    max_streams_per_key: int | None = None
+    idle_close: float = 75.0
+    shutdown_grace: float = 5.0
+    lease_ttl: float = 15.0
+    lease_renew: float = 5.0
 
     def __post_init__(self) -> None:
         for provider in PROVIDERS:
@@ -72,12 +86,21 @@ class ProxyConfig:
         if self.on_disconnect not in ("keep", "cancel"):
             raise ValueError(f"on_disconnect must be keep or cancel, not {self.on_disconnect!r}")
         for name in ("retention", "expire_every", "keepalive", "connect_timeout",
-                     "read_timeout"):
+                     "read_timeout", "idle_close", "lease_ttl", "lease_renew"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
         if self.cancel_after is not None and not 0 <= self.cancel_after < math.inf:
             raise ValueError(f"cancel_after must be >= 0 seconds, not {self.cancel_after!r}")
+        if not 0 <= self.shutdown_grace < math.inf:
+            raise ValueError(f"shutdown_grace must be >= 0 seconds, not {self.shutdown_grace!r}")
+        if self.lease_renew >= self.lease_ttl:
+            raise ValueError("lease_renew must be shorter than lease_ttl "
+                             f"({self.lease_renew!r} >= {self.lease_ttl!r})")
+        for name in ("max_body", "max_streams", "max_streams_per_key", "max_event_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
 
     def origin(self, provider: str) -> str:
         origin: str = getattr(self, provider)

@@ -65,8 +65,9 @@ class Producer:
         meta: StreamMeta,
         tail: LiveTail,
         request: UpstreamRequest,
-        response: httpx2.Response,
+        response: httpx2.Response | None,
     ) -> None:
+        """``response=None``: the stream is continued upstream (see ``continue_after``)."""
         self.stream_id = meta.stream_id
         self.dialect = meta.dialect
         self._journal = journal
@@ -109,6 +110,16 @@ class Producer:
             self._stop_reason = self._stop_reason or reason
             self.task.cancel()
 
+    def continue_after(self, receiver: StreamReceiver, *, seq: int, provider_seq: int,
+                       upstream_requests: int) -> None:
+        """Go on with a journaled stream whose producer is gone (a Responses background stream
+        re-attached): ``receiver`` has read its journaled frames, up to proxy seq ``seq`` and
+        ``sequence_number`` ``provider_seq``; the task starts with the upstream resume."""
+        self._receiver = receiver
+        self.seq = seq
+        self._provider_seq = provider_seq
+        self.upstream_requests = upstream_requests
+
     def _readers_changed(self, readers: int) -> None:
         limit = self._config.idle_cancel_after
         if limit is None:
@@ -125,7 +136,10 @@ class Producer:
     async def run(self) -> None:
         error: StreamError | None = None
         try:
-            error = await self._pump(self._response)
+            if self._response is None:
+                error = await self._resume_upstream()
+            else:
+                error = await self._pump(self._response)
             while self._resumable(error):
                 error = await self._resume_upstream()
             await self._end(error)
