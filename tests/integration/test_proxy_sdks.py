@@ -28,7 +28,7 @@ from tests.servers import serve_in_thread
 
 from unbroken.mock import reply_text
 from unbroken.proxy import create_app
-from unbroken.proxy.journal import MemoryJournal, StreamMeta, StreamState
+from unbroken.proxy.journal import LiveTail, MemoryJournal, StreamMeta, StreamState
 
 pytestmark = pytest.mark.integration
 
@@ -43,9 +43,11 @@ class RecordingJournal(MemoryJournal):
         super().__init__()
         self.created: list[str] = []
 
-    async def _create(self, meta: StreamMeta, state: StreamState) -> None:
-        await super()._create(meta, state)
+    async def create(self, meta: StreamMeta, state: StreamState, *args: Any,
+                     **kwargs: Any) -> LiveTail:
+        tail = await super().create(meta, state, *args, **kwargs)
         self.created.append(meta.stream_id)
+        return tail
 
 
 @pytest.fixture(scope="module")
