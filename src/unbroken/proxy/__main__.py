@@ -7,13 +7,13 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
-import uvicorn
-
 from .app import create_app
 from .config import DEFAULT_ORIGINS, PROVIDERS, ProxyConfig, parse_duration
+from .shutdown import serve
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -23,6 +23,24 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+_SIZE = re.compile(r"([0-9]+)\s*([kmg]?)(?:i?b)?", re.IGNORECASE)
+_UNIT_BYTES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def _size(text: str) -> int:
+    """Bytes from ``1048576``, ``512k``, ``32m``, ``1GiB``."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None or int(match.group(1)) < 1:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 1048576, 512k, 32m)")
+    return int(match.group(1)) * _UNIT_BYTES[match.group(2).lower()]
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
+    return int(text)
 
 
 def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
@@ -45,6 +63,22 @@ def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
                         help="cancel a generation after this long with no reader attached")
     parser.add_argument("--retention", type=_duration, default=24 * 3600.0,
                         metavar="DURATION", help="how long ended streams are kept (default 24h)")
+    parser.add_argument("--max-body", type=_size, default=32 * 2**20, metavar="BYTES",
+                        help="largest streaming request body (default 32m); larger: 413")
+    parser.add_argument("--max-streams-per-key", type=_count, metavar="N",
+                        help="live streams per credential; more: 429 (default no limit)")
+    parser.add_argument("--max-streams", type=_count, metavar="N",
+                        help="live streams in all; more: 503 with Retry-After (default no limit)")
+    parser.add_argument("--max-event-size", type=_size, metavar="BYTES",
+                        help="largest upstream frame; larger ends the stream failed (16m)")
+    parser.add_argument("--idle-close", type=_duration, default=75.0, metavar="SECONDS",
+                        help="close idle downstream keep-alive connections after (default 75s)")
+    parser.add_argument("--shutdown-grace", type=_duration, default=5.0, metavar="SECONDS",
+                        help="on SIGTERM, time live streams get to finish (default 5s)")
+    parser.add_argument("--lease-ttl", type=_duration, default=15.0, metavar="SECONDS",
+                        help="a producer lease lasts this long unless renewed (default 15s)")
+    parser.add_argument("--lease-renew", type=_duration, default=5.0, metavar="SECONDS",
+                        help="renew this process's leases this often (default 5s)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"))
     return parser
@@ -62,6 +96,14 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         on_disconnect=args.on_disconnect,
         cancel_after=args.cancel_after,
         retention=args.retention,
+        max_body=args.max_body,
+        max_streams=args.max_streams,
+        max_streams_per_key=args.max_streams_per_key,
+        idle_close=args.idle_close,
+        shutdown_grace=args.shutdown_grace,
+        lease_ttl=args.lease_ttl,
+        lease_renew=args.lease_renew,
+        **({} if args.max_event_size is None else {"max_event_size": args.max_event_size}),
     )
 
 
@@ -72,14 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args)
     except ValueError as error:
         parser.error(str(error))
-    uvicorn.run(
-        create_app(config),
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        # Streams are long-lived: give live ones a moment to finish on shutdown.
-        timeout_graceful_shutdown=5,
-    )
+    serve(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 

@@ -28,7 +28,7 @@ from .wire import error_frame
 
 __all__ = ["REATTACHABLE", "LeaseKeeper", "Recovery", "reattachable"]
 
-REATTACHABLE = "proxy_lost"  # the error type of a stream whose producer's process is gone
+REATTACHABLE = "proxy_restarted"  # the error type of a stream whose producer is gone
 log = logging.getLogger("unbroken.proxy")
 
 
