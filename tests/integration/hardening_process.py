@@ -1,0 +1,101 @@
+"""The proxy as a real process for the hardening tests (this module holds no tests).
+
+``ProxyProcess.start(mock, store, log, *flags)`` runs ``python -m unbroken.proxy`` on a free port
+with its stdout and stderr in ``log`` (a file, so a test can read every line after the process
+ended), and waits for ``/healthz``. ``kill()`` is SIGKILL, ``terminate()`` SIGTERM.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import httpx2
+from tests.integration.test_proxy_support import free_port
+
+_START_S = 20.0
+_PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
+class ProxyProcess:
+    """One ``python -m unbroken.proxy`` process and its log file."""
+
+    def __init__(self, process: subprocess.Popen[bytes], base_url: str, log: Path,
+                 sink: IO[bytes]) -> None:
+        self.process = process
+        self.base_url = base_url
+        self.log = log
+        self._sink = sink
+
+    @classmethod
+    def start(cls, mock: str, store: Path, log: Path, *flags: str) -> ProxyProcess:
+        port = free_port()
+        command = [
+            sys.executable, "-m", "unbroken.proxy", "--host", "127.0.0.1", "--port", str(port),
+            "--upstream", mock, "--store", f"sqlite:///{store}", *flags,
+        ]
+        sink = log.open("ab")
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+        started = cls(process, f"http://127.0.0.1:{port}", log, sink)
+        deadline = time.monotonic() + _START_S
+        while True:
+            if process.poll() is not None:
+                sink.close()
+                raise AssertionError(f"the proxy exited: {log.read_text(errors='replace')}")
+            try:
+                if httpx2.get(started.base_url + "/healthz", timeout=1).status_code == 200:
+                    return started
+            except httpx2.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                started.kill()
+                raise AssertionError("the proxy did not start")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+        self._sink.close()
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        """SIGTERM, then wait for the exit (at most ``timeout``); the return code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self._sink.close()
+
+    def __enter__(self) -> ProxyProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.terminate()
+        elif not self._sink.closed:
+            self._sink.close()
+
+
+def log_records(log: Path) -> list[dict[str, Any]]:
+    """The logfmt lines of a log file as dicts (values unquoted)."""
+    import json
+
+    records = []
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.startswith("ts="):
+            continue
+        record: dict[str, Any] = {}
+        for name, value in _PAIR.findall(line):
+            record[name] = json.loads(value) if value.startswith('"') else value
+        records.append(record)
+    return records

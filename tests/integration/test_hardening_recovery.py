@@ -1,0 +1,146 @@
+"""Crash recovery with producer leases: the proxy process is SIGKILLed mid-stream, restarted on
+the same SQLite file, and every journaled frame is still there, the stream ``interrupted`` with
+its reason; a Responses background stream is re-attached upstream when its owner resumes it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from tests.integration.hardening_process import ProxyProcess, log_records
+from tests.integration.test_proxy_support import (
+    CALLS,
+    KEY,
+    OTHER_KEY,
+    FrameReader,
+    frames_of,
+    message_of,
+    mock_counts,
+    stream_status,
+)
+
+from unbroken.finish import Status
+from unbroken.mock import reply_text
+
+pytestmark = pytest.mark.integration
+
+LEASE = ("--lease-ttl", "1", "--lease-renew", "0.2", "--log-level", "info")
+AUTH = {"authorization": f"Bearer {KEY}"}
+
+
+def _status_when_settled(proxy: str, stream_id: str) -> dict[str, Any]:
+    """The stream's status once its dead producer's lease ran out (at most a few seconds)."""
+    deadline = time.monotonic() + 15
+    while True:
+        status = stream_status(proxy, stream_id)
+        if status["status"] != "streaming":
+            return status
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.1)
+
+
+def test_sigkill_mid_stream_keeps_every_frame_and_reports_interrupted(
+    tmp_path: Path, mock_server: str
+) -> None:
+    store, log = tmp_path / "journal.db", tmp_path / "proxy.log"
+    call = CALLS["anthropic"]
+    scenario = "seed=21; tokens=10; stall_after=7; stall_s=30"
+    first = ProxyProcess.start(mock_server, store, log, *LEASE)
+    try:
+        with httpx2.stream("POST", first.base_url + call.path, json=call.body, timeout=10,
+                           headers=call.headers(scenario)) as response:
+            stream_id = response.headers["unbroken-stream-id"]
+            before = FrameReader(response, "anthropic").take(7)
+            first.kill()  # mid-stream: the upstream is stalled after frame 7
+    finally:
+        first.kill()
+
+    with ProxyProcess.start(mock_server, store, log, *LEASE) as second:
+        status = _status_when_settled(second.base_url, stream_id)
+        assert (status["status"], status["last_seq"]) == ("interrupted", 8)
+        assert status["text"] == call.text_after(21, 10, 7)
+        assert status["error"]["type"] == "proxy_restarted"
+        assert "lease expired" in status["error"]["message"]
+        # Every frame the dead process journaled, byte for byte, then the error frame.
+        events = httpx2.get(f"{second.base_url}/v1/streams/{stream_id}/events", headers=AUTH)
+        after = frames_of("anthropic", events.content)
+        assert [(e.event, e.data, e.id) for e in after[:7]] == [
+            (e.event, e.data, e.id) for e in before
+        ]
+        assert [(e.event, e.id) for e in after[7:]] == [("error", f"{stream_id}:8")]
+        assert '"proxy_restarted"' not in after[7].data  # the dialect's own error shape
+        assert message_of("anthropic", events.content).status is Status.FAILED
+        # The same POST resumed after seq 3: frames 4..8, no upstream request.
+        resumed = httpx2.post(second.base_url + call.path, json=call.body, timeout=10,
+                              headers=call.headers(scenario) | {"Last-Event-ID": f"{stream_id}:3"})
+        assert [e.id for e in frames_of("anthropic", resumed.content)] == [
+            f"{stream_id}:{n}" for n in range(4, 9)
+        ]
+        # Another credential still cannot read it.
+        other = httpx2.get(f"{second.base_url}/v1/streams/{stream_id}",
+                           headers={"authorization": f"Bearer {OTHER_KEY}"})
+        assert other.status_code == 404
+    assert mock_counts(mock_server)["generations"] == {"/v1/messages": 1}
+    recovered = [r for r in log_records(log) if r.get("event") == "stream.recovered"]
+    assert [(r["stream_id"], r["seq"]) for r in recovered] == [(stream_id, "8")]
+
+
+def test_background_stream_resumed_by_its_owner_after_sigkill_completes(
+    tmp_path: Path, mock_server: str
+) -> None:
+    store, log = tmp_path / "journal.db", tmp_path / "proxy.log"
+    call = CALLS["openai-responses"]
+    scenario = "seed=22; tokens=10; stall_after=8; stall_s=30"
+    body = {"model": "m", "stream": True, "input": "hi", "background": True}
+    first = ProxyProcess.start(mock_server, store, log, *LEASE)
+    try:
+        with httpx2.stream("POST", first.base_url + call.path, json=body, timeout=10,
+                           headers=call.headers(scenario)) as response:
+            stream_id = response.headers["unbroken-stream-id"]
+            token = response.headers["unbroken-stream-token"]
+            before = FrameReader(response, "openai-responses").take(8)
+            first.kill()
+    finally:
+        first.kill()
+
+    with ProxyProcess.start(mock_server, store, log, *LEASE) as second:
+        status = _status_when_settled(second.base_url, stream_id)
+        # Continuable: interrupted with its reason, but no error frame journaled.
+        assert (status["status"], status["last_seq"]) == ("interrupted", 8)
+        assert status["error"]["type"] == "proxy_restarted"
+        # A token holder reads what is stored; it cannot pay for the upstream resume.
+        by_token = httpx2.get(f"{second.base_url}/v1/streams/{stream_id}/events?token={token}")
+        assert len(frames_of("openai-responses", by_token.content)) == 8
+        assert mock_counts(mock_server)["generations"] == {"/v1/responses": 1}
+        assert "resumes" not in mock_counts(mock_server) or not mock_counts(
+            mock_server)["resumes"]
+
+        # The owner resumes with the official SDK: the proxy re-attaches upstream.
+        with openai.OpenAI(base_url=second.base_url + "/v1", api_key=KEY,
+                           max_retries=0) as client:
+            events = list(client.responses.create(
+                model="m", input="hi", stream=True, background=True,
+                extra_headers={"Unbroken-Mock": scenario,
+                               "Last-Event-ID": f"{stream_id}:8"},
+            ))
+        head = message_of("openai-responses", b"".join(e.raw for e in before)).text
+        tail = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert head + tail == reply_text(22, 10)
+        assert head == call.text_after(22, 10, 8)
+        assert events[-1].type == "response.completed"
+        total = call.total(10)
+        assert [e.sequence_number for e in events] == list(range(8, total))
+        status = stream_status(second.base_url, stream_id)
+        assert (status["status"], status["text"], status["last_seq"]) == (
+            "completed", reply_text(22, 10), total
+        )
+        assert status["upstream_requests"] == 2
+    assert mock_counts(mock_server) == {
+        "generations": {"/v1/responses": 1}, "resumes": {"/v1/responses": 1}
+    }
+    attached = [r for r in log_records(log) if r.get("event") == "stream.reattach"]
+    assert [(r["stream_id"], r["seq"]) for r in attached] == [(stream_id, "8")]
