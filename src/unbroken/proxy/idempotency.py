@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import Mapping
 
 from .access import secret_hash
@@ -36,9 +37,16 @@ def idempotency_hash(headers: Mapping[str, str], credential_hash: str | None) ->
 
 
 def request_hash(path: str, body: bytes) -> str:
-    """The hash of what was asked: the path (no query: Gemini's ``key=`` lives there) and body."""
+    """The hash of what was asked: the path (no query: Gemini's ``key=`` lives there) and the
+    body, as canonical JSON when it is JSON (key order and spacing differ between clients that
+    send the same request: an SDK's retry and a hand-written one)."""
+    try:
+        canonical = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":"),
+                               ensure_ascii=False).encode()
+    except (ValueError, RecursionError):
+        canonical = body
     digest = hashlib.sha256(b"unbroken-request\x00" + path.encode() + b"\x00")
-    digest.update(body)
+    digest.update(canonical)
     return digest.hexdigest()
 
 
