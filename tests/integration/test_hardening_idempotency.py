@@ -40,7 +40,7 @@ def test_a_repeated_create_attaches_and_a_changed_body_is_422(tmp_path: Path,
         # A double click: the second request arrives while the first stream is live.
         with openai.OpenAI(base_url=proxy + "/v1", api_key=KEY, max_retries=0) as client:
             first = client.chat.completions.create(
-                model="m", messages=MESSAGES, stream=True,
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
                 extra_headers={"Idempotency-Key": "order-1", "Unbroken-Mock": SCENARIO},
             )
             iterator = iter(first)
