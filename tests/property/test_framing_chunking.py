@@ -11,11 +11,14 @@ from __future__ import annotations
 import itertools
 import json
 from typing import Any
+from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.chunkings import Outcome, run, sse_state
 
+import unbroken.framing.sse
 from unbroken import (
     DecodingError,
     EventTooLargeError,
@@ -209,7 +212,7 @@ def cuts(body: bytes) -> st.SearchStrategy[list[bytes]]:
     return st.lists(st.integers(0, len(body)), max_size=12).map(split)
 
 
-def check_sse(data: st.DataObject, body: bytes) -> None:
+def check_sse(data: st.DataObject, body: bytes, paths: str) -> None:
     errors = data.draw(st.sampled_from(["strict", "replace"]), label="errors")
     limit = data.draw(st.sampled_from([16 * 2**20, 64, 24]), label="max_event_size")
 
@@ -217,21 +220,36 @@ def check_sse(data: st.DataObject, body: bytes) -> None:
         return SSEDecoder(errors=errors, max_event_size=limit)  # type: ignore[arg-type]
 
     expected = reference_sse(body, errors, limit)
-    assert run(make, [body], sse_state) == expected
-    assert run(make, [body[i : i + 1] for i in range(len(body))], sse_state) == expected
-    assert run(make, data.draw(cuts(body), label="reads"), sse_state) == expected
+    # "in place": every block and buffer counts as huge, so the copy-careful paths run.
+    size = 0 if paths == "in place" else unbroken.framing.sse._COPY_LIMIT
+    with (
+        mock.patch.object(unbroken.framing.sse, "_COPY_LIMIT", size),
+        mock.patch.object(unbroken.framing.sse, "_SMALL", size),
+    ):
+        assert run(make, [body], sse_state) == expected
+        assert run(make, [body[i : i + 1] for i in range(len(body))], sse_state) == expected
+        assert run(make, data.draw(cuts(body), label="reads"), sse_state) == expected
 
 
+PATHS = pytest.mark.parametrize("paths", ["usual", "in place"])
+
+
+@PATHS
 @SETTINGS
-@given(st.data(), sse_body())
-def test_sse_any_chunking_matches_the_reference(data: st.DataObject, body: bytes) -> None:
-    check_sse(data, body)
+@given(data=st.data(), body=sse_body())
+def test_sse_any_chunking_matches_the_reference(
+    data: st.DataObject, body: bytes, paths: str
+) -> None:
+    check_sse(data, body, paths)
 
 
+@PATHS
 @SETTINGS
-@given(st.data(), stream_body())
-def test_sse_streams_any_chunking_matches_the_reference(data: st.DataObject, body: bytes) -> None:
-    check_sse(data, body)
+@given(data=st.data(), body=stream_body())
+def test_sse_streams_any_chunking_matches_the_reference(
+    data: st.DataObject, body: bytes, paths: str
+) -> None:
+    check_sse(data, body, paths)
 
 
 # -- NDJSON -------------------------------------------------------------------------------------

@@ -146,8 +146,8 @@ def imported_names(source: str, package: str) -> list[str]:
                 module = ".".join([*parts, module] if module else parts)
             names.append(module)
             names.extend(f"{module}.{alias.name}" for alias in node.names)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
+        for inner in ast.iter_child_nodes(node):
+            visit(inner)
 
     visit(ast.parse(source))
     return names

@@ -170,6 +170,17 @@ def test_strict_invalid_utf8_in_a_field_name(bad: tuple[bytes, str]) -> None:
     assert out.frames == (ev("ok", b"id: 1\ndata: ok\r\n\r", id="1", block_id="1"),)
 
 
+@pytest.mark.parametrize("name", [b"event", b"id", b"retry", b"data", b"other"])
+def test_strict_invalid_utf8_in_a_value_a_later_field_replaces_still_raises(name: bytes) -> None:
+    body = name + b": a\xffb\n" + name + b": 5\ndata: x\n\n"
+    out = tr(SSEDecoder, body)
+    assert (out.error_type, out.error_field("offset"), out.frames) == (
+        DecodingError,
+        len(name) + 3,
+        (),
+    )
+
+
 def test_strict_invalid_utf8_in_a_comment_still_raises() -> None:
     out = tr(SSEDecoder, b": caf\xe9\ndata: x\n\n")
     assert (out.error_type, out.error_field("offset"), out.frames) == (DecodingError, 5, ())

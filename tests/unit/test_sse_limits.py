@@ -169,11 +169,12 @@ def test_20_000_crlf_events_with_fields_in_1_byte_reads_take_linear_work() -> No
     assert work < 12 * len(body)  # about 9 per byte: a block of several lines, line by line
 
 
-def test_a_block_of_many_short_lines_in_1_byte_reads_is_not_rescanned() -> None:
-    # One 600 KB block of 100,000 lines: every read that ends a line must not search or copy
-    # the buffered block again.
+@pytest.mark.parametrize("size", [1, 7])
+def test_a_block_of_many_short_lines_is_not_rescanned(size: int) -> None:
+    # One 800 KB block of 100,000 lines, read 1 or 7 bytes at a time (most 7-byte reads end a
+    # line): a read that ends a line must not search or copy the buffered block again.
     body = b"data: x\n" * 100_000 + b"\n"
-    work, events = scanned(SSEDecoder(), [body[i : i + 1] for i in range(len(body))])
+    work, events = scanned(SSEDecoder(), [body[i : i + size] for i in range(0, len(body), size)])
     assert len(events) == 1
     assert events[0].data == "\n".join(["x"] * 100_000)
     assert work < 12 * len(body)  # about 9 per byte

@@ -45,10 +45,11 @@ _BLOCK_END = re.compile(rb"\n[\r\n]|\r\r")
 _LINE_BREAK = re.compile("\r\n|\r|\n")
 # What follows the first line of a block that has no other: its line end and the blank line.
 _LAST_LINE_ENDS = frozenset({b"\n\n", b"\n\r", b"\r\r", b"\r\n\r", b"\r\n\n"})
-# Values shorter than this are sliced out and decoded; longer ones are decoded in place.
+# Blocks and values up to this size are sliced out and decoded; longer ones are decoded in place.
 _COPY_LIMIT = 1 << 16
 # Two line-ending bytes that end a block (the second ends an empty line); CR LF is one line end.
 _PAIRS = frozenset({(_LF, _LF), (_LF, _CR), (_CR, _CR)})
+_COLON = 0x3A
 _OPEN, _EOF, _FAILED = "open", "eof", "failed"
 # Above this many buffered bytes the copy-careful general path is taken (a huge event's bytes are
 # then copied once, not three times).
@@ -444,6 +445,76 @@ class SSEDecoder:
         self, region: bytes, start: int, pos: int, end: int, lf_only: bool
     ) -> ServerSentEvent | None:
         """Interpret the block ``region[start:end]``, whose lines start at ``pos``.
+
+        Lines, colons and the one space after them are found at byte level (none of them occurs
+        inside a UTF-8 sequence); values stay bytes until the block is complete, then each kind
+        is decoded once. In strict mode comments and unknown fields are decoded too, so any
+        invalid byte raises ``UnicodeDecodeError``, and nothing changes before the block is
+        decoded: it takes effect as a whole.
+        """
+        if end - pos > _COPY_LIMIT:
+            return self._huge_block(region, start, pos, end, lf_only)
+        errors = self._errors
+        strict = errors == "strict"
+        event_type = b""
+        data: list[bytes] = []
+        block_id: bytes | None = None
+        retry: bytes | None = None
+        block = region[pos:end]
+        for line in block.split(b"\n") if lf_only else block.splitlines():
+            if not line:
+                break  # the blank line that ends the block
+            if line[0] == _COLON:  # a comment
+                if strict:
+                    line.decode()
+                continue
+            name, _, value = line.partition(b":")
+            if value[:1] == b" ":
+                value = value[1:]
+            if name == b"data":
+                data.append(value)
+            elif name == b"event":
+                if strict:
+                    value.decode()  # a later event field may replace this one: check it now
+                event_type = value
+            elif name == b"id":
+                if strict:
+                    value.decode()
+                if 0 not in value:
+                    block_id = value
+            elif name == b"retry":
+                if strict:
+                    value.decode()
+                if value.isdigit():  # ASCII digits only, for bytes
+                    retry = value
+            elif strict:
+                line.decode()  # an unknown field: ignored, but checked
+        text = b"\n".join(data).decode("utf-8", errors) if data else None
+        event = event_type.decode("utf-8", errors) if event_type else "message"
+        new_id = None if block_id is None else block_id.decode("utf-8", errors)
+        if new_id is not None:
+            self._last_event_id = new_id
+        if retry is not None:
+            self._retry = int(retry)
+        if text is None:
+            return None
+        return _new_event(
+            _EVENT,
+            (
+                event,
+                text,
+                self._last_event_id,
+                new_id,
+                None if retry is None else int(retry),
+                end - start,
+                region[start:end],
+            ),
+        )
+
+    def _huge_block(
+        self, region: bytes, start: int, pos: int, end: int, lf_only: bool
+    ) -> ServerSentEvent | None:
+        """``_block`` for a block over ``_COPY_LIMIT`` bytes: values are decoded in place.
 
         Lines, colons and the one space after them are found at byte level (none of them occurs
         inside a UTF-8 sequence), and each value is decoded once. A block of one line (plus its
