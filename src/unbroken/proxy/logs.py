@@ -80,8 +80,9 @@ def _value(value: Any) -> str:
 
 class LogfmtFormatter(logging.Formatter):
     """``ts=... level=... logger=... event=<name> field=value ...`` for ``log_event`` records,
-    ``msg="..."`` for any other; values with spaces or quotes are JSON strings. The whole line
-    is redacted once more, so a secret in an exception text cannot slip through either."""
+    ``msg="..."`` for any other; values with spaces or quotes are JSON strings. Every text
+    value is redacted before it is quoted, so a secret in an exception text cannot slip
+    through either."""
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
@@ -98,7 +99,10 @@ class LogfmtFormatter(logging.Formatter):
             pairs.append(("msg", record.getMessage()))
         if record.exc_info:
             pairs.append(("exc", self.formatException(record.exc_info)))
-        return redact(" ".join(f"{name}={_value(value)}" for name, value in pairs))
+        return " ".join(
+            f"{name}={_value(redact(value) if isinstance(value, str) else value)}"
+            for name, value in pairs
+        )
 
 
 def log_config(level: str = "info") -> dict[str, Any]:
