@@ -1,0 +1,172 @@
+"""Producer leases, idempotency lookups and reopening in both journals, the SQLite upgrade from
+schema 1, and ``Recovery``: a stream whose lease expired is marked interrupted exactly once."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from unbroken.finish import Status
+from unbroken.proxy.journal import (
+    FrameRecord,
+    Journal,
+    Lease,
+    MemoryJournal,
+    SQLiteJournal,
+    StreamMeta,
+    StreamState,
+)
+from unbroken.proxy.lease import REATTACHABLE, LeaseKeeper, Recovery, reattachable
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
+    opened: Journal = MemoryJournal() if request.param == "memory" else SQLiteJournal(
+        str(tmp_path / "j.db"))
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _meta(stream_id: str, *, dialect: str = "anthropic", background: bool = False,
+          key: str | None = None, created: float = 1.0) -> StreamMeta:
+    return StreamMeta(stream_id=stream_id, dialect=dialect, created=created,
+                      media_type="text/event-stream", token_hash="t", credential_hash="c",
+                      idempotency_hash=key, request_hash=None if key is None else "r",
+                      background=background)
+
+
+async def _live(journal: Journal, stream_id: str, lease: Lease | None, **meta: object) -> None:
+    await journal.create(_meta(stream_id, **meta),  # type: ignore[arg-type]
+                         StreamState(status=Status.PENDING, updated=time.time()), lease)
+    await journal.append(stream_id, [FrameRecord(1, None, b'{"a":1}', "a"),
+                                     FrameRecord(2, None, b'{"b":2}', "b")],
+                         StreamState(status=Status.STREAMING, updated=time.time(), last_seq=2))
+
+
+@pytest.mark.anyio
+async def test_leases_are_set_renewed_for_live_streams_only(journal: Journal) -> None:
+    await _live(journal, "s1", Lease("me", 10.0))
+    await _live(journal, "s2", Lease("me", 10.0))
+    await _live(journal, "s3", Lease("other", 10.0))
+    await journal.append("s2", [], StreamState(status=Status.COMPLETED, updated=time.time(),
+                                               last_seq=2))
+    assert await journal.renew_leases("me", 99.0) == 1
+    assert await journal.lease("s1") == Lease("me", 99.0)
+    assert await journal.lease("s2") == Lease("me", 10.0)
+    assert await journal.lease("s3") == Lease("other", 10.0)
+    await journal.set_lease("s3", Lease("me", 50.0))
+    assert await journal.lease("s3") == Lease("me", 50.0)
+    assert await journal.lease("nope") is None
+
+
+@pytest.mark.anyio
+async def test_find_idempotent_gives_the_newest_stream_of_a_key(journal: Journal) -> None:
+    await _live(journal, "old", None, key="k1", created=1.0)
+    await _live(journal, "new", None, key="k1", created=2.0)
+    await _live(journal, "other", None, key="k2")
+    found = await journal.find_idempotent("k1")
+    assert found is not None
+    assert (found.meta.stream_id, found.meta.request_hash, found.state.last_seq) == (
+        "new", "r", 2)
+    assert await journal.find_idempotent("k3") is None
+
+
+@pytest.mark.anyio
+async def test_recovery_interrupts_an_expired_lease_once_with_an_error_frame(
+    journal: Journal,
+) -> None:
+    await _live(journal, "dead", Lease("gone", time.time() - 1))
+    await _live(journal, "alive", Lease("elsewhere", time.time() + 60))
+    journal.release("dead")  # no producer in this process
+    journal.release("alive")
+    recovery = Recovery(journal, LeaseKeeper(journal, ttl=5, renew_every=1))
+    assert await recovery.startup() == 1
+    recovery.close()
+    record = await journal.get("dead")
+    assert record is not None
+    assert (record.state.status, record.state.last_seq, record.text) == (
+        Status.INTERRUPTED, 3, "ab")
+    assert record.state.error is not None and record.state.error["type"] == REATTACHABLE
+    [last] = await journal.read_after("dead", 2, 10)
+    assert (last.seq, last.event) == (3, "error")
+    assert not reattachable(record)  # not a background stream
+    again = await recovery.settle("dead")
+    assert again is not None and again.state.last_seq == 3  # settled once only
+    alive = await recovery.settle("alive")
+    assert alive is not None and alive.state.status is Status.STREAMING
+
+
+@pytest.mark.anyio
+async def test_a_background_stream_is_left_continuable_and_can_reopen(journal: Journal) -> None:
+    await _live(journal, "bg", Lease("gone", time.time() - 1), dialect="openai-responses",
+                background=True)
+    await journal.append("bg", [], StreamState(status=Status.STREAMING, updated=time.time(),
+                                               last_seq=2, provider_id="resp_1"))
+    journal.release("bg")
+    recovery = Recovery(journal, LeaseKeeper(journal, ttl=5, renew_every=1))
+    settled = await recovery.settle("bg")
+    assert settled is not None and reattachable(settled)
+    assert await journal.read_after("bg", 2, 10) == []  # no error frame: it goes on
+    tail = await journal.reopen("bg", StreamState(status=Status.STREAMING,
+                                                  updated=time.time(), last_seq=2),
+                                Lease("me", time.time() + 5))
+    assert tail.last_seq == 2 and tail.after(0) is None  # older frames come from storage
+    taken = await journal.lease("bg")
+    assert taken is not None and taken.owner == "me"
+    assert taken.expires == pytest.approx(time.time() + 5, abs=2)
+    with pytest.raises(ValueError, match="live already"):
+        await journal.reopen("bg", StreamState(status=Status.STREAMING, updated=0, last_seq=2),
+                             Lease("me", 0))
+    await journal.append("bg", [FrameRecord(3, None, b"{}", "c")],
+                         StreamState(status=Status.COMPLETED, updated=time.time(), last_seq=3))
+    record = await journal.get("bg")
+    assert record is not None and (record.state.status, record.text) == (Status.COMPLETED, "abc")
+
+
+_SCHEMA_1 = """
+CREATE TABLE streams (stream_id TEXT PRIMARY KEY, dialect TEXT NOT NULL, created REAL NOT NULL,
+ updated REAL NOT NULL, status TEXT NOT NULL, finish_reason TEXT, raw_finish_reason TEXT,
+ last_seq INTEGER NOT NULL, usage TEXT, error TEXT, upstream_requests INTEGER NOT NULL,
+ provider_id TEXT, credential_hash TEXT, token_hash TEXT NOT NULL, media_type TEXT NOT NULL,
+ request_path TEXT NOT NULL, response_headers TEXT NOT NULL);
+CREATE TABLE frames (stream_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT,
+ data BLOB NOT NULL, text TEXT, PRIMARY KEY (stream_id, seq)) WITHOUT ROWID;
+INSERT INTO streams VALUES ('s', 'anthropic', 1, 2, 'completed', 'stop', 'end_turn', 1, NULL,
+ NULL, 1, NULL, 'c', 't', 'text/event-stream', '/v1/messages', '[]');
+INSERT INTO frames VALUES ('s', 1, NULL, X'7B7D', 'hi');
+PRAGMA user_version = 1;
+"""
+
+
+@pytest.mark.anyio
+async def test_a_schema_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(_SCHEMA_1)
+    conn.close()
+    journal = SQLiteJournal(str(path))
+    await journal.open()
+    try:
+        record = await journal.get("s")
+        assert record is not None
+        assert (record.state.status, record.text, record.meta.background) == (
+            Status.COMPLETED, "hi", False)
+        assert await journal.lease("s") is None
+        assert await journal.find_idempotent("k") is None
+    finally:
+        await journal.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    conn.close()
