@@ -174,9 +174,15 @@ class StreamReceiver:
         self.finished = True
         self.message.close(error, cancelled=cancelled)
 
-    def reconnect(self, last_event_id: str | None = None) -> StreamReceiver:
+    def reconnect(
+        self, last_event_id: str | None = None, *, position_after: int | None = None
+    ) -> StreamReceiver:
         """A receiver for the next connection of the same stream: same message (resumed if it
-        was interrupted), same dialect state and seq source, a fresh decoder."""
+        was interrupted), same dialect state and seq source, a fresh decoder.
+
+        ``position_after``: the server resumes a position-numbered body after that frame (an
+        unbroken proxy's Gemini and Ollama bodies carry no ids), so positions continue from it.
+        """
         message = self.message
         if message.closed:
             message.resume()  # LocalProtocolError unless interrupted
@@ -187,7 +193,9 @@ class StreamReceiver:
         other._decoder = None
         other._head = bytearray()
         other._ndjson_tail = []
-        other._position = 0  # positions are only valid for a replay from the start
+        # Positions are only valid for a replay from the start, unless the server says where it
+        # resumes.
+        other._position = 0 if position_after is None else position_after
         if other.dialect is not None and other.dialect_name != "gemini":
             other._decoder = other._new_decoder(other.dialect.framing)
         return other

@@ -33,7 +33,7 @@ from .errors import EXIT_CHECK_FAILED, EXIT_OK
 from .output import console
 from .serving import serve_in_thread
 
-__all__ = ["SceneResult", "add_parser", "duplicated_characters", "run"]
+__all__ = ["CutOnceTransport", "SceneResult", "add_parser", "duplicated_characters", "run"]
 
 API_KEY = "sk-demo-not-a-real-key"
 
@@ -77,7 +77,7 @@ def duplicated_characters(reference: str, text: str) -> tuple[int, int]:
     return extra, missing
 
 
-class _CutOnce(httpx2.BaseTransport):
+class CutOnceTransport(httpx2.BaseTransport):
     """Cuts the first streamed response after ``after`` bytes, as a flaky network would."""
 
     def __init__(self, after: int, log: list[str]) -> None:
@@ -97,7 +97,7 @@ class _CutOnce(httpx2.BaseTransport):
         return httpx2.Response(
             response.status_code,
             headers=response.headers,
-            stream=_Cutting(response, self._after, self._log),
+            stream=_CuttingStream(response, self._after, self._log),
             extensions=response.extensions,
         )
 
@@ -105,7 +105,7 @@ class _CutOnce(httpx2.BaseTransport):
         self._inner.close()
 
 
-class _Cutting(httpx2.SyncByteStream):
+class _CuttingStream(httpx2.SyncByteStream):
     def __init__(self, response: httpx2.Response, after: int, log: list[str]) -> None:
         self._response = response
         self._after = after
@@ -158,7 +158,7 @@ def _scene(
 
     log: list[str] = []
     transport: httpx2.BaseTransport = (
-        _CutOnce(cut_after, log) if cut_after is not None else httpx2.HTTPTransport()
+        CutOnceTransport(cut_after, log) if cut_after is not None else httpx2.HTTPTransport()
     )
     text = ""
     with (

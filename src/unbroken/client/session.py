@@ -184,7 +184,8 @@ class StreamSession:
         if media not in expected:
             raise ContentTypeError(media, " or ".join(expected))
         if self._kind == "resume":
-            self.receiver = self.receiver.reconnect()
+            after = self.message.last_seq if self._by_position_through_proxy() else None
+            self.receiver = self.receiver.reconnect(position_after=after)
 
     def receive(self, data: bytes, now: float) -> list[Event]:
         """Bytes of the body in, newly committed events out; raises a passed deadline."""
@@ -332,14 +333,18 @@ class StreamSession:
         mode = self.resume
         if mode == "none":
             return None
-        if mode in ("auto", "openai-background") and self._background_id is not None:
+        verified = self._stream_id is not None or self.receiver.stream_id is not None
+        # Through an unbroken proxy its own ids come first: its seqs are not the provider's
+        # sequence numbers, and its journal answers without another upstream request.
+        if mode == "auto" and verified and self._last_event_id():
+            return "sse"
+        if (
+            mode in ("auto", "openai-background")
+            and self._background_id is not None
+            and self.receiver.seq_source == "provider"  # starting_after is a sequence_number
+        ):
             return "background"
-        if mode == "openai-background":
-            return None
         if mode == "sse":
-            return "sse" if self._last_event_id() else None
-        # auto: only a verified identity
-        if self._stream_id is not None or self.receiver.stream_id is not None:
             return "sse" if self._last_event_id() else None
         return None
 
@@ -350,7 +355,17 @@ class StreamSession:
             return f"{receiver.stream_id}:{self.message.last_seq}"
         if receiver.seq_source == "block_id" and self.message.last_seq >= 0:
             return str(self.message.last_seq)
+        if self._by_position_through_proxy():
+            return f"{self._stream_id}:{self.message.last_seq}"
         return self._last_id
+
+    def _by_position_through_proxy(self) -> bool:
+        """An unbroken proxy's body without ids (Gemini, Ollama): frame n is the proxy's seq n."""
+        return (
+            self._stream_id is not None
+            and self.receiver.seq_source == "position"
+            and self.message.last_seq >= 0
+        )
 
     def _note_response_id(self, event: MessageStart) -> None:
         if not event.id or self.receiver.dialect_name not in ("openai-responses", "auto"):
