@@ -22,8 +22,10 @@ Two paths decode complete blocks. The hot path takes a read whose complete block
 ``data: `` lines (LF LF or CR LF CR terminated: OpenAI-style deltas): it splits
 them on the separator between two such lines and proves the shape as it goes (a value holding a
 line ending means some block had another one). Anything else -- other fields, comments, several
-lines, a decoding error, a buffer over 64 KiB -- takes the general path, which cuts blocks one by
-one and reads each line at byte level, decoding every value once, in place when it is huge.
+lines, a decoding error, a buffer over 64 KiB -- takes the general path, which reads lines at
+byte level (CR, LF, ":" and " " never occur inside a UTF-8 sequence) and decodes each value once:
+a small region without CR as one list of lines (``event:``/``id:`` streams), anything else block
+by block, a huge value in place.
 """
 
 from __future__ import annotations
@@ -418,6 +420,9 @@ class SSEDecoder:
         """Decode a region of complete blocks one block at a time (any shape)."""
         size = len(region)
         lf_only = _CR not in region
+        if lf_only and size <= _COPY_LIMIT and size <= self._max and region[0] != _LF:
+            self._lf_lines(region, base, events)  # no block can be huge or over the limit
+            return
         start = 0
         while start < size:
             text = start + 1 if swallow_lf and region[start] == _LF else start
@@ -441,6 +446,79 @@ class SSEDecoder:
             swallow_lf = region[end - 1] == _CR
             start = end
 
+    def _lf_lines(self, region: bytes, base: int, events: list[ServerSentEvent]) -> None:
+        """Decode a small region of complete blocks without CR as one list of lines.
+
+        The same reading as ``_block``, without a call or a split per block.
+        """
+        errors = self._errors
+        strict = errors == "strict"
+        append = events.append
+        start = pos = 0  # where the current block and the current line start
+        event = "message"
+        data: list[bytes] = []
+        new_id: str | None = None
+        retry: bytes | None = None
+        try:
+            for line in region.split(b"\n"):
+                if line:
+                    pos += len(line) + 1
+                    if line[0] == _COLON:  # a comment
+                        if strict:
+                            line.decode()
+                        continue
+                    name, _, value = line.partition(b":")
+                    if value[:1] == b" ":
+                        value = value[1:]
+                    if name == b"data":
+                        data.append(value)  # decoded once, joined, at the blank line
+                    elif name == b"event":
+                        event = value.decode("utf-8", errors) or "message"
+                    elif name == b"id":
+                        ident = value.decode("utf-8", errors)
+                        if "\x00" not in ident:
+                            new_id = ident
+                    elif name == b"retry":
+                        if strict:
+                            value.decode()
+                        if value.isdigit():  # ASCII digits only, for bytes
+                            retry = value
+                    elif strict:
+                        line.decode()  # an unknown field: ignored, but checked
+                    continue
+                if pos == len(region):
+                    break  # what split finds after the last LF
+                pos += 1  # a blank line: the block is complete
+                if data:
+                    text = b"\n".join(data).decode("utf-8", errors)
+                if new_id is not None:
+                    self._last_event_id = new_id
+                if retry is not None:
+                    self._retry = int(retry)
+                if data:
+                    append(
+                        _new_event(
+                            _EVENT,
+                            (
+                                event,
+                                text,
+                                self._last_event_id,
+                                new_id,
+                                None if retry is None else int(retry),
+                                pos - start,
+                                region[start:pos],
+                            ),
+                        )
+                    )
+                    data = []
+                start = pos
+                event = "message"
+                new_id = None
+                retry = None
+        except UnicodeDecodeError:
+            end = region.find(b"\n\n", start) + 2  # the block that failed
+            raise self._decoding_error(region, start, end, base) from None
+
     def _block(
         self, region: bytes, start: int, pos: int, end: int, lf_only: bool
     ) -> ServerSentEvent | None:
@@ -456,9 +534,9 @@ class SSEDecoder:
             return self._huge_block(region, start, pos, end, lf_only)
         errors = self._errors
         strict = errors == "strict"
-        event_type = b""
+        event = "message"
         data: list[bytes] = []
-        block_id: bytes | None = None
+        new_id: str | None = None
         retry: bytes | None = None
         block = region[pos:end]
         for line in block.split(b"\n") if lf_only else block.splitlines():
@@ -472,16 +550,13 @@ class SSEDecoder:
             if value[:1] == b" ":
                 value = value[1:]
             if name == b"data":
-                data.append(value)
+                data.append(value)  # decoded once, joined, below
             elif name == b"event":
-                if strict:
-                    value.decode()  # a later event field may replace this one: check it now
-                event_type = value
+                event = value.decode("utf-8", errors) or "message"
             elif name == b"id":
-                if strict:
-                    value.decode()
-                if 0 not in value:
-                    block_id = value
+                ident = value.decode("utf-8", errors)
+                if "\x00" not in ident:
+                    new_id = ident
             elif name == b"retry":
                 if strict:
                     value.decode()
@@ -489,14 +564,12 @@ class SSEDecoder:
                     retry = value
             elif strict:
                 line.decode()  # an unknown field: ignored, but checked
-        text = b"\n".join(data).decode("utf-8", errors) if data else None
-        event = event_type.decode("utf-8", errors) if event_type else "message"
-        new_id = None if block_id is None else block_id.decode("utf-8", errors)
+        text = b"\n".join(data).decode("utf-8", errors) if data else ""
         if new_id is not None:
             self._last_event_id = new_id
         if retry is not None:
             self._retry = int(retry)
-        if text is None:
+        if not data:
             return None
         return _new_event(
             _EVENT,
