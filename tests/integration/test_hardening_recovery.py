@@ -144,3 +144,30 @@ def test_background_stream_resumed_by_its_owner_after_sigkill_completes(
     }
     attached = [r for r in log_records(log) if r.get("event") == "stream.reattach"]
     assert [(r["stream_id"], r["seq"]) for r in attached] == [(stream_id, "8")]
+
+
+def test_a_reader_right_after_the_restart_waits_for_the_lease_and_gets_the_end(
+    tmp_path: Path, mock_server: str
+) -> None:
+    store, log = tmp_path / "journal.db", tmp_path / "proxy.log"
+    call = CALLS["openai-chat"]
+    scenario = "seed=23; tokens=10; stall_after=6; stall_s=30"
+    lease = ("--lease-ttl", "2", "--lease-renew", "0.2")
+    first = ProxyProcess.start(mock_server, store, log, *lease)
+    try:
+        with httpx2.stream("POST", first.base_url + call.path, json=call.body, timeout=10,
+                           headers=call.headers(scenario)) as response:
+            stream_id = response.headers["unbroken-stream-id"]
+            FrameReader(response, "openai-chat").take(6)
+            first.kill()
+    finally:
+        first.kill()
+    with ProxyProcess.start(mock_server, store, log, *lease) as second:
+        # At once, while the dead process's lease still runs: the resume waits it out, then
+        # gets the error frame that ends the stream instead of a silent stop after frame 6.
+        resumed = httpx2.post(second.base_url + call.path, json=call.body, timeout=10,
+                              headers=call.headers(scenario) | {"Last-Event-ID": f"{stream_id}:6"})
+        [last] = frames_of("openai-chat", resumed.content)
+        assert last.id == f"{stream_id}:7"
+        assert '"code":"proxy_restarted"' in last.data
+    assert mock_counts(mock_server)["generations"] == {"/v1/chat/completions": 1}

@@ -207,9 +207,10 @@ class ProxyApp:
     async def events(self, request: Request) -> Response:
         stream_id = request.path_params["stream_id"]
         eventsource = "text/event-stream" in request.headers.get("accept", "")
-        record = await self._settled(stream_id, with_text=False)
+        record = await self.journal.get(stream_id, with_text=False)
         if record is None or not may_read(record.meta, request.headers, request.query_params):
             return _not_found()
+        record = await self._settled(stream_id, with_text=False, wait=True) or record
         if self._expired(record):
             return Response(status_code=204) if eventsource else _not_found()
         after = events_cursor(stream_id, request.headers, request.query_params)
@@ -285,7 +286,7 @@ class ProxyApp:
                                     "different request"), endpoint.dialect)
         self.metrics.idempotent_attaches += 1
         stream_id = record.meta.stream_id
-        await self._settled(stream_id, with_text=False)
+        await self._settled(stream_id, with_text=False, wait=True)
         log_event("stream.attach", stream_id=stream_id, reason="idempotency_key")
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=False, retry_ms=self.config.retry_ms)
@@ -388,7 +389,7 @@ class ProxyApp:
                       after: int) -> Response:
         """A re-POST with ``Last-Event-ID``: the frames after it, no upstream request (unless
         the stream is a background one to re-attach upstream for its owner)."""
-        record = await self._settled(stream_id, with_text=False)
+        record = await self.journal.get(stream_id, with_text=False)
         if (
             record is None
             or not may_read(record.meta, request.headers, request.query_params)
@@ -398,6 +399,7 @@ class ProxyApp:
                 error_body(endpoint.dialect, 404, f"unbroken proxy: no stream {stream_id}"),
                 status_code=404,
             )
+        record = await self._settled(stream_id, with_text=False, wait=True) or record
         refused = await self._reattach(record, request)
         if refused is not None:
             return self._refuse(refused, endpoint.dialect)
@@ -466,12 +468,14 @@ class ProxyApp:
             return None
         return None if self._expired(record) else record
 
-    async def _settled(self, stream_id: str, *, with_text: bool) -> StreamRecord | None:
-        """The stream, after marking it interrupted if its producer is gone (lease expired)."""
+    async def _settled(self, stream_id: str, *, with_text: bool,
+                       wait: bool = False) -> StreamRecord | None:
+        """The stream, after marking it interrupted if its producer is gone (lease expired);
+        ``wait`` (readers of its frames) waits for a lease still running out."""
         record = await self.journal.get(stream_id, with_text=with_text)
         if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
             return record
-        if await self.recovery.settle(stream_id) is None:
+        if await self.recovery.settle(stream_id, wait=wait) is None:
             return None
         return await self.journal.get(stream_id, with_text=with_text)
 

@@ -104,9 +104,21 @@ class Recovery:
             timer.cancel()
         self._timers.clear()
 
-    async def settle(self, stream_id: str) -> StreamRecord | None:
+    async def settle(self, stream_id: str, *, wait: bool = False) -> StreamRecord | None:
         """If the stream is unfinished, not produced here and its lease expired, mark it
-        ``interrupted``; the record as it is now, or ``None`` if unknown."""
+        ``interrupted``; the record as it is now, or ``None`` if unknown.
+
+        ``wait``: a lease that has not expired yet is waited for (once, until its expiry), so
+        that a reader arriving just after a crash gets the stream's true end, not a silent
+        stop after the stored frames. A lease renewed meanwhile has a live producer elsewhere.
+        """
+        async with self._lock:
+            record = await self.journal.get(stream_id, with_text=False)
+            if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
+                return record
+            lease = await self.journal.lease(stream_id)
+        if wait and lease is not None and lease.expires > time.time():
+            await asyncio.sleep(lease.expires - time.time() + 0.01)
         async with self._lock:
             record = await self.journal.get(stream_id, with_text=False)
             if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
