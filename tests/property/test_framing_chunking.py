@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tests.chunkings import Outcome, run, sse_state
 
 import unbroken.framing.sse
+import unbroken.framing.sse_blocks
 from unbroken import (
     DecodingError,
     EventTooLargeError,
@@ -221,10 +222,11 @@ def check_sse(data: st.DataObject, body: bytes, paths: str) -> None:
 
     expected = reference_sse(body, errors, limit)
     # "in place": every block and buffer counts as huge, so the copy-careful paths run.
-    size = 0 if paths == "in place" else unbroken.framing.sse._COPY_LIMIT
+    copy_limit = 0 if paths == "in place" else unbroken.framing.sse_blocks._COPY_LIMIT
+    small = 0 if paths == "in place" else unbroken.framing.sse._SMALL
     with (
-        mock.patch.object(unbroken.framing.sse, "_COPY_LIMIT", size),
-        mock.patch.object(unbroken.framing.sse, "_SMALL", size),
+        mock.patch.object(unbroken.framing.sse_blocks, "_COPY_LIMIT", copy_limit),
+        mock.patch.object(unbroken.framing.sse, "_SMALL", small),
     ):
         assert run(make, [body], sse_state) == expected
         assert run(make, [body[i : i + 1] for i in range(len(body))], sse_state) == expected

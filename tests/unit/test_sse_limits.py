@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 import unbroken.framing.sse
+import unbroken.framing.sse_blocks
 from unbroken import EventTooLargeError, LocalProtocolError, ServerSentEvent, SSEDecoder
 
 MiB = 2**20
-_SSE_SOURCE = unbroken.framing.sse.__file__
+_SSE_SOURCES = {unbroken.framing.sse.__file__, unbroken.framing.sse_blocks.__file__}
 
 
 def scanned(decoder: SSEDecoder, reads: Iterable[bytes]) -> tuple[int, list[ServerSentEvent]]:
@@ -31,7 +32,7 @@ def scanned(decoder: SSEDecoder, reads: Iterable[bytes]) -> tuple[int, list[Serv
 
     def hook(frame: FrameType, event: str, arg: Any) -> None:
         nonlocal total
-        if event == "c_call" and frame.f_code.co_filename == _SSE_SOURCE:
+        if event == "c_call" and frame.f_code.co_filename in _SSE_SOURCES:
             owner = getattr(arg, "__self__", None)
             if owner.__class__ in (bytes, bytearray, memoryview):
                 total += len(owner)
