@@ -33,7 +33,7 @@ from dataclasses import replace
 import httpx2
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..finish import Status
@@ -53,6 +53,7 @@ from .limits import DRAINING, Refusal, StreamSlots, body_refusal, read_body
 from .logs import install_redaction, log_event
 from .metrics import CONTENT_TYPE, ProxyMetrics
 from .reattach import continue_upstream
+from .relay import not_found, relay, target, upstream_unreachable
 from .replay import events_cursor, stream_response
 from .routing import Endpoint, endpoint_for, request_headers, response_headers, wants_stream
 from .upstream import Producer, UpstreamRequest
@@ -184,13 +185,13 @@ class ProxyApp:
     async def stream_status(self, request: Request) -> Response:
         record = await self._readable(request, with_text=True)
         if record is None:
-            return _not_found()
+            return not_found()
         return JSONResponse(record.summary())
 
     async def cancel(self, request: Request) -> Response:
         record = await self._readable(request, with_text=False)
         if record is None:
-            return _not_found()
+            return not_found()
         stream_id = record.meta.stream_id
         producer = self.producers.get(stream_id)
         if producer is not None and producer.task is not None:
@@ -209,10 +210,10 @@ class ProxyApp:
         eventsource = "text/event-stream" in request.headers.get("accept", "")
         record = await self.journal.get(stream_id, with_text=False)
         if record is None or not may_read(record.meta, request.headers, request.query_params):
-            return _not_found()
+            return not_found()
         record = await self._settled(stream_id, with_text=False, wait=True) or record
         if self._expired(record):
-            return Response(status_code=204) if eventsource else _not_found()
+            return Response(status_code=204) if eventsource else not_found()
         after = events_cursor(stream_id, request.headers, request.query_params)
         if after is None:
             return JSONResponse(
@@ -305,7 +306,7 @@ class ProxyApp:
             return self._refuse(refused, endpoint.dialect), None
         origin = self.config.origin(endpoint.provider)
         upstream = UpstreamRequest(
-            url=origin + _target(request),
+            url=origin + target(request),
             headers=request_headers(request.headers.items(), identity=True),
             body=body,
             origin=origin,
@@ -322,7 +323,7 @@ class ProxyApp:
                 )
             except httpx2.HTTPError as exc:
                 self.metrics.upstream_errors["unreachable"] += 1
-                return _upstream_unreachable(endpoint, exc), None
+                return upstream_unreachable(endpoint, exc), None
             latency = time.perf_counter() - sent
             self.metrics.upstream_seconds.observe(latency)
             content_type = response.headers.get("content-type", "")
@@ -330,7 +331,7 @@ class ProxyApp:
                 self.metrics.upstream_errors["status"] += response.status_code >= 400
                 log_event("upstream.answer", level=logging.WARNING, path=request.url.path,
                           status=response.status_code, upstream_ms=round(latency * 1000, 3))
-                return _relay(response), None
+                return relay(response), None
             now = time.time()
             token = new_stream_token()
             forwarded = response_headers(response.headers.multi_items(), reencoded=True)
@@ -446,7 +447,7 @@ class ProxyApp:
 
     async def _pass_through(self, request: Request, endpoint: Endpoint,
                             body: bytes | AsyncIterator[bytes] | None) -> Response:
-        url = self.config.origin(endpoint.provider) + _target(request)
+        url = self.config.origin(endpoint.provider) + target(request)
         headers = request_headers(request.headers.items(), identity=False)
         length = request.headers.get("content-length")
         if length is not None and body is not None and not isinstance(body, bytes):
@@ -457,8 +458,8 @@ class ProxyApp:
                 stream=True,
             )
         except httpx2.HTTPError as exc:
-            return _upstream_unreachable(endpoint, exc)
-        return _relay(response)
+            return upstream_unreachable(endpoint, exc)
+        return relay(response)
 
     # -- access -------------------------------------------------------------------------------
 
@@ -485,50 +486,12 @@ class ProxyApp:
         return record.state.updated < time.time() - self.config.retention
 
 
-def _target(request: Request) -> str:
-    """The request's path and query exactly as received (the upstream sees them unchanged)."""
-    raw_path: bytes = request.scope.get("raw_path") or request.url.path.encode()
-    query: bytes = request.scope.get("query_string", b"")
-    return (raw_path + (b"?" + query if query else b"")).decode("latin-1")
-
-
 def _background(body: bytes) -> bool:
     try:
         payload = json.loads(body)
     except ValueError:
         return False
     return isinstance(payload, dict) and payload.get("background") is True
-
-
-def _not_found() -> Response:
-    return JSONResponse(
-        {"error": {"message": "no such stream (unknown, expired, or not yours)",
-                   "type": "not_found"}},
-        status_code=404,
-    )
-
-
-def _upstream_unreachable(endpoint: Endpoint, exc: Exception) -> Response:
-    message = f"unbroken proxy: the upstream is unreachable: {exc!r}"
-    return JSONResponse(error_body(endpoint.dialect, 502, message), status_code=502)
-
-
-def _relay(response: httpx2.Response) -> Response:
-    """The upstream's answer passed through untouched (status, headers, raw body)."""
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in response.aiter_raw():
-                yield chunk
-        finally:
-            await response.aclose()
-
-    relayed = StreamingResponse(body(), status_code=response.status_code)
-    relayed.raw_headers = [
-        (name.lower().encode("latin-1"), value.encode("latin-1"))
-        for name, value in response_headers(response.headers.multi_items(), reencoded=False)
-    ]
-    return relayed
 
 
 def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = None) -> Starlette:
