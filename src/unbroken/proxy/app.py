@@ -57,7 +57,7 @@ from .relay import not_found, relay, target, upstream_unreachable
 from .replay import events_cursor, stream_response
 from .routing import Endpoint, endpoint_for, request_headers, response_headers, wants_stream
 from .upstream import Producer, UpstreamRequest
-from .wire import downstream_for, error_body
+from .wire import Downstream, downstream_for, error_body, error_frame
 
 __all__ = ["ProxyApp", "create_app"]
 
@@ -227,12 +227,13 @@ class ProxyApp:
         record = await self.journal.get(stream_id, with_text=False) or record
         if after:
             self.metrics.resumes += 1
-        if record.state.ended and after >= record.state.last_seq:
-            return Response(status_code=204)  # nothing more will come: an EventSource stops
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=True, retry_ms=self.config.retry_ms)
+        trailer = _unjournaled_end(record, downstream)
+        if record.state.ended and after >= record.state.last_seq and trailer is None:
+            return Response(status_code=204)  # nothing more will come: an EventSource stops
         return stream_response(self.journal, stream_id, after, downstream,
-                               keepalive=self.config.keepalive)
+                               keepalive=self.config.keepalive, trailer=trailer)
 
     # -- forwarding ---------------------------------------------------------------------------
 
@@ -404,12 +405,14 @@ class ProxyApp:
         refused = await self._reattach(record, request)
         if refused is not None:
             return self._refuse(refused, endpoint.dialect)
+        record = await self.journal.get(stream_id, with_text=False) or record
         self.metrics.resumes += 1
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=False, retry_ms=self.config.retry_ms)
         return stream_response(
             self.journal, stream_id, after, downstream, keepalive=self.config.keepalive,
             headers=list(record.meta.response_headers),
+            trailer=_unjournaled_end(record, downstream),
         )
 
     async def _reattach(self, record: StreamRecord, request: Request) -> Refusal | None:
@@ -484,6 +487,18 @@ class ProxyApp:
         if self.journal.tail(record.meta.stream_id) is not None:
             return False
         return record.state.updated < time.time() - self.config.retention
+
+
+def _unjournaled_end(record: StreamRecord, downstream: Downstream) -> bytes | None:
+    """For a reader of a background stream that waits for its owner to re-attach it: the
+    dialect's error frame, without an id and not journaled (the stream may yet go on)."""
+    if not reattachable(record):
+        return None
+    frame = error_frame(record.meta.dialect, record.state.last_seq + 1, "proxy_restarted",
+                        "unbroken proxy: the stream stopped with the proxy that produced it; "
+                        "its owner's next resume continues it")
+    return replace(downstream, ids=False, retry_ms=None).frames(record.meta.stream_id, [frame],
+                                                                first=False)
 
 
 def _background(body: bytes) -> bool:

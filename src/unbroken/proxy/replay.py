@@ -22,9 +22,11 @@ _OWN_HEADERS = frozenset({"content-type", "cache-control", "x-accel-buffering"})
 
 
 async def frames_body(
-    journal: Journal, stream_id: str, after: int, downstream: Downstream, keepalive: float
+    journal: Journal, stream_id: str, after: int, downstream: Downstream, keepalive: float,
+    trailer: bytes | None = None,
 ) -> AsyncIterator[bytes]:
-    """The response body: one chunk per batch of frames, keep-alives while the tail is idle."""
+    """The response body: one chunk per batch of frames, keep-alives while the tail is idle,
+    then ``trailer`` (bytes that are not a journaled frame) if given."""
     first = True
     follow = journal.follow(
         stream_id, after, keepalive=keepalive if downstream.keepalive is not None else None
@@ -38,6 +40,8 @@ async def frames_body(
                 yield downstream.keepalive
     finally:
         await follow.aclose()
+    if trailer is not None:
+        yield trailer
 
 
 def stream_response(
@@ -49,6 +53,7 @@ def stream_response(
     keepalive: float,
     status_code: int = 200,
     headers: list[tuple[str, str]] | None = None,
+    trailer: bytes | None = None,
 ) -> StreamingResponse:
     """A streaming response of the frames after ``after``, with the proxy's headers."""
     out = [(name, value) for name, value in headers or () if name.lower() not in _OWN_HEADERS]
@@ -56,7 +61,8 @@ def stream_response(
     out.extend(SSE_HEADERS)
     out.append(("unbroken-stream-id", stream_id))
     response = StreamingResponse(
-        frames_body(journal, stream_id, after, downstream, keepalive), status_code=status_code
+        frames_body(journal, stream_id, after, downstream, keepalive, trailer),
+        status_code=status_code,
     )
     response.raw_headers = [
         (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in out
