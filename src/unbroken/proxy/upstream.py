@@ -29,6 +29,7 @@ from ..finish import Status
 from ..receiver import Frame, StreamReceiver
 from .config import ProxyConfig
 from .journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
+from .logs import log_event
 from .wire import error_frame
 
 __all__ = ["Producer", "UpstreamRequest"]
@@ -93,6 +94,7 @@ class Producer:
         self._inbox: list[bytes] = []  # chunks read this turn, parsed by _drain
         self._drain_scheduled = False
         self.task: asyncio.Task[None] | None = None
+        self._started = time.monotonic()
         tail.on_readers = self._readers_changed
 
     # -- control ------------------------------------------------------------------------------
@@ -302,14 +304,16 @@ class Producer:
             if name.lower() not in ("content-type", "accept")
         ]
         headers.append(("accept", "text/event-stream"))
-        log.info("stream %s: resuming upstream after sequence_number %d",
-                 self.stream_id, self._provider_seq)
+        sent = time.perf_counter()
         try:
             response = await self._client.send(
                 self._client.build_request("GET", url, headers=headers), stream=True
             )
         except httpx2.TransportError as exc:
             return TransportError(f"upstream resume failed: {exc!r}")
+        log_event("upstream.resume", stream_id=self.stream_id, seq=self.seq,
+                  starting_after=self._provider_seq, upstream_status=response.status_code,
+                  upstream_ms=round((time.perf_counter() - sent) * 1000, 3))
         if response.status_code != 200:
             await response.aclose()
             return TransportError(f"upstream resume answered HTTP {response.status_code}")
@@ -347,8 +351,9 @@ class Producer:
                 f"unbroken proxy: the upstream stream was malformed ({message.error})",
             ))
         await self._journal.append(self.stream_id, last, self._state(final=True))
-        log.info("stream %s: %s after %d frames, %d upstream request(s)",
-                 self.stream_id, status.value, self.seq, self.upstream_requests)
+        log_event("stream.end", stream_id=self.stream_id, seq=self.seq, status=status.value,
+                  upstream_requests=self.upstream_requests,
+                  seconds=round(time.monotonic() - self._started, 3))
 
     def _error_frame(self, code: str, detail: str) -> FrameRecord:
         self.seq += 1
