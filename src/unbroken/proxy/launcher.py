@@ -1,0 +1,278 @@
+"""``Launcher``: how this process starts, continues and stops the producers of streams.
+
+It holds the live producers and everything that decides whether one may start: the draining
+flag (SIGTERM), the stream slots (429 per credential, 503 in all), the Idempotency-Key of a
+create (attach to the stream the key made, or 422), and the lease each producer takes. It starts
+a new stream (one upstream request, a journaled stream, its producer), re-attaches a Responses
+background stream for its owner, and drains on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import httpx2
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..finish import Status
+from .access import credential_hash, new_stream_id, new_stream_token, secret_hash
+from .config import ProxyConfig
+from .idempotency import PendingKeys, idempotency_hash, request_hash
+from .journal import Journal, StreamMeta, StreamRecord, StreamState
+from .lease import LeaseKeeper, Recovery, reattachable
+from .limits import DRAINING, Refusal, StreamSlots
+from .logs import log_event
+from .metrics import ProxyMetrics
+from .reattach import continue_upstream
+from .relay import relay, target, upstream_unreachable
+from .replay import stream_response
+from .routing import Endpoint, request_headers, response_headers
+from .upstream import Producer, UpstreamRequest
+from .wire import downstream_for, error_body
+
+__all__ = ["Launcher", "expired"]
+
+
+def expired(journal: Journal, record: StreamRecord, retention: float) -> bool:
+    """An ended stream past its retention (a stream live in this process never is)."""
+    if journal.tail(record.meta.stream_id) is not None:
+        return False
+    return record.state.updated < time.time() - retention
+
+
+class Launcher:
+    """The live producers of this process, and the rules for starting one."""
+
+    def __init__(self, *, journal: Journal, config: ProxyConfig, metrics: ProxyMetrics,
+                 leases: LeaseKeeper, recovery: Recovery) -> None:
+        self.journal = journal
+        self.config = config
+        self.metrics = metrics
+        self.leases = leases
+        self.recovery = recovery
+        self.producers: dict[str, Producer] = {}
+        self.slots = StreamSlots(max_streams=config.max_streams,
+                                 max_streams_per_key=config.max_streams_per_key)
+        self.pending_keys = PendingKeys()
+        self.draining = False
+        self.client: httpx2.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain: asyncio.Task[None] | None = None
+
+    def running(self, client: httpx2.AsyncClient) -> None:
+        """The lifespan started: the upstream client, and a fresh drain state."""
+        self.client = client
+        self._loop = asyncio.get_running_loop()
+        self._drain = None
+        self.draining = False
+
+    def _client(self) -> httpx2.AsyncClient:
+        if self.client is None:
+            raise RuntimeError("the proxy is not running (lifespan not started)")
+        return self.client
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def begin_drain_threadsafe(self) -> None:
+        """``begin_drain`` from a signal handler (or any thread)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.begin_drain)
+
+    def begin_drain(self) -> asyncio.Task[None]:
+        """Stop taking new streams; live ones get ``shutdown_grace`` seconds to end, then are
+        stopped (``interrupted``, with their error frame). The task ends when all have."""
+        if self._drain is None:
+            self.draining = True
+            log_event("proxy.draining", live_streams=len(self.producers),
+                      grace_s=self.config.shutdown_grace)
+            self._drain = asyncio.get_running_loop().create_task(self._drain_streams())
+        return self._drain
+
+    async def _drain_streams(self) -> None:
+        running = [p.task for p in self.producers.values() if p.task is not None]
+        if running:
+            await asyncio.wait(running, timeout=self.config.shutdown_grace)
+        left = list(self.producers.values())
+        for producer in left:
+            producer.stop("shutdown")
+        running = [p.task for p in left if p.task is not None and not p.task.done()]
+        if running:
+            await asyncio.wait(running)
+        log_event("proxy.drained", stopped=len(left))
+
+    # -- starting -----------------------------------------------------------------------------
+
+    async def start(self, request: Request, endpoint: Endpoint, body: bytes) -> Response:
+        """A new stream, unless its Idempotency-Key names one: then that stream, from its
+        first frame (422 if the key came with another request)."""
+        credential = credential_hash(request.headers, request.query_params)
+        key = idempotency_hash(request.headers, credential)
+        if key is None:
+            response, _stream_id = await self._create(request, endpoint, body, credential)
+            return response
+        asked = request_hash(request.url.path, body)
+        while (waiting := self.pending_keys.claim(key)) is not None:
+            await asyncio.shield(waiting)  # the first request with this key is creating it
+        created: str | None = None
+        try:
+            found = await self.journal.find_idempotent(key)
+            if found is not None and not expired(self.journal, found, self.config.retention):
+                created = found.meta.stream_id
+                return await self._attach(found, asked, endpoint)
+            response, created = await self._create(request, endpoint, body, credential,
+                                                   idempotency=(key, asked))
+            return response
+        finally:
+            self.pending_keys.settle(key, created)
+
+    async def _attach(self, record: StreamRecord, asked: str, endpoint: Endpoint) -> Response:
+        if record.meta.request_hash != asked:
+            return self.refuse(Refusal(
+                status=422, message="unbroken proxy: this Idempotency-Key was used with a "
+                                    "different request"), endpoint.dialect)
+        self.metrics.idempotent_attaches += 1
+        stream_id = record.meta.stream_id
+        await self.recovery.settle(stream_id, wait=True)
+        log_event("stream.attach", stream_id=stream_id, reason="idempotency_key")
+        downstream = downstream_for(record.meta.dialect, record.meta.media_type,
+                                    events_endpoint=False, retry_ms=self.config.retry_ms)
+        return stream_response(
+            self.journal, stream_id, 0, downstream, keepalive=self.config.keepalive,
+            headers=[*record.meta.response_headers, ("idempotent-replayed", "true")],
+        )
+
+    async def _create(
+        self, request: Request, endpoint: Endpoint, body: bytes, credential: str | None,
+        idempotency: tuple[str, str] | None = None,
+    ) -> tuple[Response, str | None]:
+        assert endpoint.dialect is not None
+        refused = DRAINING if self.draining else self.slots.take(credential)
+        if refused is not None:
+            return self.refuse(refused, endpoint.dialect), None
+        origin = self.config.origin(endpoint.provider)
+        upstream = UpstreamRequest(
+            url=origin + target(request),
+            headers=request_headers(request.headers.items(), identity=True),
+            body=body,
+            origin=origin,
+            background=endpoint.dialect == "openai-responses" and _background(body),
+        )
+        producer: Producer | None = None
+        try:
+            sent = time.perf_counter()
+            try:
+                response = await self._client().send(
+                    self._client().build_request("POST", upstream.url, headers=upstream.headers,
+                                              content=body),
+                    stream=True,
+                )
+            except httpx2.HTTPError as exc:
+                self.metrics.upstream_errors["unreachable"] += 1
+                return upstream_unreachable(endpoint, exc), None
+            latency = time.perf_counter() - sent
+            self.metrics.upstream_seconds.observe(latency)
+            content_type = response.headers.get("content-type", "")
+            if not 200 <= response.status_code < 300 or not endpoint.streams_as(content_type):
+                self.metrics.upstream_errors["status"] += response.status_code >= 400
+                log_event("upstream.answer", level=logging.WARNING, path=request.url.path,
+                          status=response.status_code, upstream_ms=round(latency * 1000, 3))
+                return relay(response), None
+            now = time.time()
+            token = new_stream_token()
+            forwarded = response_headers(response.headers.multi_items(), reencoded=True)
+            meta = StreamMeta(
+                stream_id=new_stream_id(),
+                dialect=endpoint.dialect,
+                created=now,
+                media_type=content_type,
+                token_hash=secret_hash(token),
+                credential_hash=credential,
+                request_path=request.url.path,
+                response_headers=tuple(
+                    (name, value) for name, value in forwarded
+                    if name.lower() not in ("set-cookie", "content-type")
+                ),
+                idempotency_hash=None if idempotency is None else idempotency[0],
+                request_hash=None if idempotency is None else idempotency[1],
+                background=upstream.background,
+            )
+            try:
+                tail = await self.journal.create(
+                    meta, StreamState(status=Status.PENDING, updated=now), self.leases.lease())
+            except BaseException:
+                await response.aclose()
+                raise
+            producer = Producer(journal=self.journal, client=self._client(), config=self.config,
+                                meta=meta, tail=tail, request=upstream, response=response)
+            self.run(producer, credential)
+        finally:
+            if producer is None:
+                self.slots.give_back(credential)
+        self.metrics.streams_started += 1
+        log_event("stream.start", stream_id=meta.stream_id, dialect=endpoint.dialect,
+                  path=request.url.path, upstream_status=response.status_code,
+                  upstream_ms=round(latency * 1000, 3), background=upstream.background or None)
+        downstream = downstream_for(endpoint.dialect, content_type, events_endpoint=False,
+                                    retry_ms=self.config.retry_ms)
+        return stream_response(
+            self.journal, meta.stream_id, 0, downstream, keepalive=self.config.keepalive,
+            status_code=response.status_code,
+            headers=[*forwarded, ("unbroken-stream-token", token)],
+        ), meta.stream_id
+
+    def run(self, producer: Producer, credential: str | None) -> None:
+        """Start a producer; its slot and its place in ``producers`` go when it ends."""
+        stream_id = producer.stream_id
+        self.producers[stream_id] = producer
+
+        def ended(_task: asyncio.Task[None]) -> None:
+            self.producers.pop(stream_id, None)
+            self.slots.give_back(credential)
+
+        producer.start().add_done_callback(ended)
+
+    async def reattach(self, record: StreamRecord, request: Request) -> Refusal | None:
+        """Continue a background stream left by a dead producer, if this is its owner."""
+        if not reattachable(record) or self.draining:
+            return None
+        credential = credential_hash(request.headers, request.query_params)
+        if credential is None or credential != record.meta.credential_hash:
+            return None  # a token holder reads what is stored; only the owner can pay
+        refused = self.slots.take(credential)
+        if refused is not None:
+            return refused
+        producer = None
+        try:
+            producer = await continue_upstream(
+                journal=self.journal, client=self._client(), config=self.config, record=record,
+                headers=request_headers(request.headers.items(), identity=True),
+                lease=self.leases.lease(),
+            )
+            if producer is not None:
+                self.run(producer, credential)
+                log_event("stream.reattach", stream_id=record.meta.stream_id,
+                          seq=record.state.last_seq, provider_id=record.state.provider_id)
+        finally:
+            if producer is None:
+                self.slots.give_back(credential)
+        return None
+
+    def refuse(self, refusal: Refusal, dialect: str | None) -> Response:
+        self.metrics.refusals[refusal.status] += 1
+        log_event("request.refused", level=logging.WARNING, status=refusal.status,
+                  reason=refusal.message)
+        return JSONResponse(error_body(dialect, refusal.status, refusal.message),
+                            status_code=refusal.status, headers=refusal.headers)
+
+
+def _background(body: bytes) -> bool:
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and payload.get("background") is True
