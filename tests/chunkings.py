@@ -15,15 +15,24 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+from unittest import mock
 
 import pytest
 
+import unbroken.framing.sse
+import unbroken.framing.sse_blocks
 from unbroken.errors import LocalProtocolError, StreamError
 
-__all__ = ["Outcome", "chunkings", "run", "sse_state", "tr"]
+__all__ = ["SSE_PATHS", "Outcome", "chunkings", "run", "sse_paths", "sse_state", "tr"]
+
+# SSEDecoder reads the same bytes by several routes, chosen by size: "usual" (as shipped), "block
+# by block" (no region is read as one list of lines) and "in place" (every block and buffer
+# counts as huge, so the copy-careful routes run). A test parametrized over SSE_PATHS runs each.
+SSE_PATHS = ("usual", "block by block", "in place")
 
 # The structured fields an error may carry; compared across chunkings.
 _ERROR_FIELDS = ("offset", "line", "limit", "tail")
@@ -51,6 +60,20 @@ class Outcome:
     def error_field(self, name: str) -> Any:
         assert self.error is not None, "the run raised no error"
         return dict(self.error[1])[name]
+
+
+@contextlib.contextmanager
+def sse_paths(path: str) -> Iterator[None]:
+    """Make ``SSEDecoder`` take the routes named by ``path`` (one of ``SSE_PATHS``)."""
+    assert path in SSE_PATHS
+    blocks, sse = unbroken.framing.sse_blocks, unbroken.framing.sse
+    with contextlib.ExitStack() as stack:
+        if path != "usual":
+            stack.enter_context(mock.patch.object(blocks, "_LINES_LIMIT", 0))
+        if path == "in place":
+            stack.enter_context(mock.patch.object(blocks, "_COPY_LIMIT", 0))
+            stack.enter_context(mock.patch.object(sse, "_SMALL", 0))
+        yield
 
 
 def sse_state(decoder: Any) -> tuple[str, int | None, bytes]:

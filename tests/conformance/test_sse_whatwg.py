@@ -1,6 +1,7 @@
 """WHATWG HTML "Interpreting an event stream": every case in sse/whatwg.json, under every chunking.
 
-The cases were written from the spec's parsing rules, not from the decoder's output. Inputs are
+The cases were written from the spec's parsing rules, not from the decoder's output. Each runs
+along every route the decoder has (``SSE_PATHS``). Inputs are
 text (encoded as UTF-8), ``input_hex``, ``input_b64`` or ``input_repeat`` (a long line built from
 a prefix, a repeated unit and a suffix). Cases with invalid UTF-8 use ``errors="replace"``, which
 is what the spec's "UTF-8 decode" does.
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.chunkings import sse_state, tr
+from tests.chunkings import SSE_PATHS, sse_paths, sse_state, tr
 
 from unbroken import SSEDecoder
 
@@ -55,8 +56,9 @@ def test_case_names_are_unique() -> None:
     assert len(names) == len(set(names)) == 76
 
 
+@pytest.mark.parametrize("path", SSE_PATHS)
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
-def test_whatwg_case(case: dict[str, Any]) -> None:
+def test_whatwg_case(case: dict[str, Any], path: str) -> None:
     data = case_input(case)
 
     def make() -> SSEDecoder:
@@ -65,7 +67,8 @@ def test_whatwg_case(case: dict[str, Any]) -> None:
             last_event_id=case.get("initial_last_event_id", ""),
         )
 
-    outcome = tr(make, data, sse_state)
+    with sse_paths(path):
+        outcome = tr(make, data, sse_state)
 
     assert outcome.error is None
     got = [(ev.event, ev.data, ev.id, ev.block_id, ev.retry) for ev in outcome.frames]

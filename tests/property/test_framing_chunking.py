@@ -11,15 +11,12 @@ from __future__ import annotations
 import itertools
 import json
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.chunkings import Outcome, run, sse_state
+from tests.chunkings import SSE_PATHS, Outcome, run, sse_paths, sse_state
 
-import unbroken.framing.sse
-import unbroken.framing.sse_blocks
 from unbroken import (
     DecodingError,
     EventTooLargeError,
@@ -221,19 +218,13 @@ def check_sse(data: st.DataObject, body: bytes, paths: str) -> None:
         return SSEDecoder(errors=errors, max_event_size=limit)  # type: ignore[arg-type]
 
     expected = reference_sse(body, errors, limit)
-    # "in place": every block and buffer counts as huge, so the copy-careful paths run.
-    copy_limit = 0 if paths == "in place" else unbroken.framing.sse_blocks._COPY_LIMIT
-    small = 0 if paths == "in place" else unbroken.framing.sse._SMALL
-    with (
-        mock.patch.object(unbroken.framing.sse_blocks, "_COPY_LIMIT", copy_limit),
-        mock.patch.object(unbroken.framing.sse, "_SMALL", small),
-    ):
+    with sse_paths(paths):
         assert run(make, [body], sse_state) == expected
         assert run(make, [body[i : i + 1] for i in range(len(body))], sse_state) == expected
         assert run(make, data.draw(cuts(body), label="reads"), sse_state) == expected
 
 
-PATHS = pytest.mark.parametrize("paths", ["usual", "in place"])
+PATHS = pytest.mark.parametrize("paths", SSE_PATHS)
 
 
 @PATHS

@@ -6,7 +6,7 @@ Every multi-read case goes through ``tr`` (whole, byte by byte, split at every p
 from __future__ import annotations
 
 import pytest
-from tests.chunkings import sse_state, tr
+from tests.chunkings import SSE_PATHS, sse_paths, sse_state, tr
 
 from unbroken import (
     DecodingError,
@@ -149,31 +149,39 @@ INVALID = {
 }
 
 
+@pytest.mark.parametrize("path", SSE_PATHS)
 @pytest.mark.parametrize("bom", [b"", BOM], ids=["no BOM", "BOM"])
 @pytest.mark.parametrize("bad", list(INVALID.values()), ids=list(INVALID))
-def test_strict_invalid_utf8_in_data(bad: tuple[bytes, str], bom: bytes) -> None:
+def test_strict_invalid_utf8_in_data(bad: tuple[bytes, str], bom: bytes, path: str) -> None:
     # The bad bytes start at offset 17 of the body (after "data: ok\n\n" and "data: a").
     body = bom + b"data: ok\n\ndata: a" + bad[0] + b"\n\ndata: never\n\n"
-    out = tr(SSEDecoder, body)
+    with sse_paths(path):
+        out = tr(SSEDecoder, body)
     assert out.error_type is DecodingError
     assert out.error_field("offset") == 17 + len(bom)
     assert out.frames == (ev("ok", b"data: ok\n\n"),)
 
 
+@pytest.mark.parametrize("path", SSE_PATHS)
 @pytest.mark.parametrize("bad", list(INVALID.values()), ids=list(INVALID))
-def test_strict_invalid_utf8_in_a_field_name(bad: tuple[bytes, str]) -> None:
+def test_strict_invalid_utf8_in_a_field_name(bad: tuple[bytes, str], path: str) -> None:
     # "id: 1\n" (6) "data: ok" (8) CR LF CR (3) then the swallowed LF (1) and "d" (1): 19.
     body = b"id: 1\ndata: ok\r\n\r\nd" + bad[0] + b"ata: x\ndata: y\n\n"
-    out = tr(SSEDecoder, body)
+    with sse_paths(path):
+        out = tr(SSEDecoder, body)
     assert out.error_type is DecodingError
     assert out.error_field("offset") == 19
     assert out.frames == (ev("ok", b"id: 1\ndata: ok\r\n\r", id="1", block_id="1"),)
 
 
+@pytest.mark.parametrize("path", SSE_PATHS)
 @pytest.mark.parametrize("name", [b"event", b"id", b"retry", b"data", b"other"])
-def test_strict_invalid_utf8_in_a_value_a_later_field_replaces_still_raises(name: bytes) -> None:
+def test_strict_invalid_utf8_in_a_value_a_later_field_replaces_still_raises(
+    name: bytes, path: str
+) -> None:
     body = name + b": a\xffb\n" + name + b": 5\ndata: x\n\n"
-    out = tr(SSEDecoder, body)
+    with sse_paths(path):
+        out = tr(SSEDecoder, body)
     assert (out.error_type, out.error_field("offset"), out.frames) == (
         DecodingError,
         len(name) + 3,
@@ -203,10 +211,12 @@ def test_err_events_hold_the_events_completed_earlier_in_the_same_call() -> None
         decoder.receive_eof()
 
 
+@pytest.mark.parametrize("path", SSE_PATHS)
 @pytest.mark.parametrize("bad", list(INVALID.values()), ids=list(INVALID))
-def test_replace_substitutes_like_a_browser(bad: tuple[bytes, str]) -> None:
+def test_replace_substitutes_like_a_browser(bad: tuple[bytes, str], path: str) -> None:
     body = b"data: a" + bad[0] + b"b\n\nd" + bad[0] + b"ata: ignored\n\ndata: z\n\n"
-    out = tr(lambda: SSEDecoder(errors="replace"), body)
+    with sse_paths(path):
+        out = tr(lambda: SSEDecoder(errors="replace"), body)
     assert out.error is None
     assert [event.data for event in out.frames] == ["a" + bad[1] + "b", "z"]
     assert [event.nbytes for event in out.frames] == [10 + len(bad[0]), 9]

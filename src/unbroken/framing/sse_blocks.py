@@ -22,6 +22,8 @@ _BLOCK_END = re.compile(rb"\n[\r\n]|\r\r")
 _LAST_LINE_ENDS = frozenset({b"\n\n", b"\n\r", b"\r\r", b"\r\n\r", b"\r\n\n"})
 # Blocks and values up to this size are sliced out and decoded; longer ones are decoded in place.
 _COPY_LIMIT = 1 << 16
+# Regions of complete blocks without CR up to this size are read as one list of lines.
+_LINES_LIMIT = 1 << 16
 
 
 class ServerSentEvent(NamedTuple):
@@ -78,7 +80,7 @@ class BlockReader:
         """Decode a region of complete blocks one block at a time (any shape)."""
         size = len(region)
         lf_only = not self._cr or _CR not in region
-        if lf_only and size <= _COPY_LIMIT and size <= self._max and region[0] != _LF:
+        if lf_only and size <= _LINES_LIMIT and size <= self._max and region[0] != _LF:
             self._lf_lines(region, base, events)  # no block can be huge or over the limit
             return
         start = 0
