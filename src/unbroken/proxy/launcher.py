@@ -164,11 +164,12 @@ class Launcher:
         )
         producer: Producer | None = None
         try:
+            client = self._client()
             sent = time.perf_counter()
             try:
-                response = await self._client().send(
-                    self._client().build_request("POST", upstream.url, headers=upstream.headers,
-                                              content=body),
+                response = await client.send(
+                    client.build_request("POST", upstream.url, headers=upstream.headers,
+                                         content=body),
                     stream=True,
                 )
             except httpx2.HTTPError as exc:
@@ -178,7 +179,8 @@ class Launcher:
             self.metrics.upstream_seconds.observe(latency)
             content_type = response.headers.get("content-type", "")
             if not 200 <= response.status_code < 300 or not endpoint.streams_as(content_type):
-                self.metrics.upstream_errors["status"] += response.status_code >= 400
+                if response.status_code >= 400:
+                    self.metrics.upstream_errors["status"] += 1
                 log_event("upstream.answer", level=logging.WARNING, path=request.url.path,
                           status=response.status_code, upstream_ms=round(latency * 1000, 3))
                 return relay(response), None
@@ -207,7 +209,7 @@ class Launcher:
             except BaseException:
                 await response.aclose()
                 raise
-            producer = Producer(journal=self.journal, client=self._client(), config=self.config,
+            producer = Producer(journal=self.journal, client=client, config=self.config,
                                 meta=meta, tail=tail, request=upstream, response=response)
             self.run(producer, credential)
         finally:
