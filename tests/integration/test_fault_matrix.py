@@ -1,4 +1,4 @@
-"""The fault matrix: 5 dialects x 6 upstream faults x 3 client disconnects, through the proxy.
+"""The fault matrix: 5 dialects x 7 upstream faults x 3 client disconnects, through the proxy.
 
 Each case streams one request through the proxy (real uvicorn, real SQLite file) from the mock
 with one upstream fault, reads ``k`` frames, hangs up, resumes with ``Last-Event-ID:
@@ -11,11 +11,12 @@ with one upstream fault, reads ``k`` frames, hangs up, resumes with ``Last-Event
   with status ``interrupted`` (a drop) or ``failed`` (an error event);
 - one generation in the mock's counters.
 
-Upstream faults, in frames of the mock's layout: drop after the first frame, in the middle of the
-text, before the last frame; a drop inside a text frame (after its first byte of a multi-byte
+Upstream faults, in frames of the mock's layout: a drop before the first frame (headers only; a
+Responses stream then has no id to resume by), after the first frame, in the middle of the text,
+before the last frame; a drop inside a text frame (after its first byte of a multi-byte
 character); a short stall; an error event in place of a middle text frame. The client hangs up
 after its first frame, its middle one, or before its last one. One proxy per dialect serves all
-18 of its cases; the mock's counters are reset per case.
+21 of its cases; the mock's counters are reset per case.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ from unbroken.mock import reply_text
 pytestmark = pytest.mark.integration
 
 TOKENS = 6
-FAULTS = ("drop_first", "drop_middle", "drop_last", "drop_inside", "stall", "error_event")
+FAULTS = ("drop_at_start", "drop_first", "drop_middle", "drop_last", "drop_inside", "stall",
+          "error_event")
 DISCONNECTS = ("first", "middle", "last")
 BACKGROUND = {"model": "m", "stream": True, "input": "hi", "background": True}
 
@@ -65,6 +67,7 @@ def _scenario(call: Call, fault: str, seed: int) -> tuple[str, int]:
     middle = call.first_text + TOKENS // 2 - 1  # a text frame in the middle of the text
     base = f"seed={seed}; tokens={TOKENS}"
     placed = {
+        "drop_at_start": ("drop_after=0", 0),
         "drop_first": ("drop_after=1", 1),
         "drop_middle": (f"drop_after={middle}", middle),
         "drop_last": (f"drop_after={total - 1}", total - 1),
@@ -78,7 +81,8 @@ def _scenario(call: Call, fault: str, seed: int) -> tuple[str, int]:
 def _expected(call: Call, fault: str, at: int, seed: int) -> Outcome:
     total = call.total(TOKENS)
     full = reply_text(seed, TOKENS)
-    if fault == "stall" or (call.dialect == "openai-responses" and fault.startswith("drop")):
+    if fault == "stall" or (call.dialect == "openai-responses" and fault.startswith("drop")
+                            and at > 0):  # a background stream with a known id goes on
         return Outcome("completed", full, total)
     if fault == "error_event":  # frames 1..at-1, then the upstream's own error as frame `at`
         return Outcome("failed", call.text_after(seed, TOKENS, at - 1), at)
@@ -156,7 +160,7 @@ def test_fault_matrix(proxies: dict[str, str], mock_server: str, dialect: str, f
     )
     counts = mock_counts(mock_server)
     assert counts["generations"] == {call.path.partition("?")[0]: 1}
-    if dialect == "openai-responses" and fault.startswith("drop"):
+    if dialect == "openai-responses" and fault.startswith("drop") and at > 0:
         assert counts["resumes"] == {"/v1/responses": 1}
     else:
         assert counts.get("resumes", {}) == {}
