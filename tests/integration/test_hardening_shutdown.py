@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,6 +26,13 @@ from unbroken.mock import reply_text
 pytestmark = pytest.mark.integration
 
 GRACE = 2
+
+
+def _wait_for_log(log: Path, event: str) -> None:
+    deadline = time.monotonic() + 10
+    while not any(r.get("event") == event for r in log_records(log)):
+        assert time.monotonic() < deadline, f"no {event} in the log"
+        time.sleep(0.02)
 
 
 def _read_all(url: str, call_path: str, body: object, headers: dict[str, str],
@@ -62,6 +71,15 @@ def test_sigterm_lets_live_streams_finish_within_the_grace_then_interrupts_the_r
             unread_id = unread.headers["unbroken-stream-id"]
         assert started[0].wait(10) and started[1].wait(10)
 
+        proxy.process.send_signal(signal.SIGTERM)
+        _wait_for_log(log, "proxy.draining")
+        # No new stream while draining: the listener is closed, or the proxy answers 503.
+        try:
+            late = httpx2.post(proxy.base_url + chat.path, json=chat.body, timeout=5,
+                               headers=chat.headers(quick))
+            assert (late.status_code, late.headers["retry-after"]) == (503, "1")
+        except httpx2.ConnectError:
+            pass
         code = proxy.terminate(timeout=GRACE + 10)
         assert code in (0, -15)
         chat_body, anthropic_body = finishing.result(timeout=5), stalled.result(timeout=5)
