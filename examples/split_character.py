@@ -7,7 +7,7 @@ from unbroken import SSEDecoder
 
 BODY = (
     'data: {"choices":[{"index":0,"delta":{"content":"你好"}}]}\n\n'
-    'data: {"choices":[{"index":0,"delta":{"content":"，世界 👋"}}]}\n\n'
+    'data: {"choices":[{"index":0,"delta":{"content":"世界 👋"}}]}\n\n'
     "data: [DONE]\n\n"
 ).encode()
 
