@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from unbroken.finish import Status
+from unbroken.finish import END_STATES, Status
 from unbroken.proxy.journal import (
     FrameRecord,
     Journal,
@@ -69,6 +69,12 @@ async def test_leases_are_set_renewed_for_live_streams_only(journal: Journal) ->
     await journal.set_lease("s3", Lease("me", 50.0))
     assert await journal.lease("s3") == Lease("me", 50.0)
     assert await journal.lease("nope") is None
+
+
+def test_the_live_statuses_are_those_the_lease_index_names() -> None:
+    # SQLiteJournal.renew_leases and its partial index spell them out.
+    assert {status.value for status in Status if status not in END_STATES} == {
+        "pending", "streaming"}
 
 
 @pytest.mark.anyio

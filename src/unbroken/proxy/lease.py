@@ -74,6 +74,7 @@ class Recovery:
         self.keeper = keeper
         self._lock = asyncio.Lock()
         self._timers: set[asyncio.TimerHandle] = set()
+        self._settling: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
 
     async def startup(self) -> int:
         """Settle every unfinished stream of the journal: now if its lease expired, else at its
@@ -91,7 +92,9 @@ class Recovery:
         return marked
 
     def _settle_later(self, stream_id: str) -> None:
-        asyncio.get_running_loop().create_task(self._settle_logged(stream_id))
+        task = asyncio.get_running_loop().create_task(self._settle_logged(stream_id))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     async def _settle_logged(self, stream_id: str) -> None:
         try:
@@ -103,6 +106,8 @@ class Recovery:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+        for task in self._settling:
+            task.cancel()
 
     async def settle(self, stream_id: str, *, wait: bool = False) -> StreamRecord | None:
         """If the stream is unfinished, not produced here and its lease expired, mark it

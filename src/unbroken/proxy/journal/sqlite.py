@@ -72,6 +72,8 @@ CREATE TABLE IF NOT EXISTS frames (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS streams_idempotency ON streams (idempotency_hash)
     WHERE idempotency_hash IS NOT NULL;
+CREATE INDEX IF NOT EXISTS streams_live_leases ON streams (lease_owner)
+    WHERE status IN ('pending', 'streaming');
 """
 _UPGRADE_FROM_1: Final = (
     "ALTER TABLE streams ADD COLUMN idempotency_hash TEXT",
@@ -426,14 +428,13 @@ class SQLiteJournal(Journal):
         await self._write(write)
 
     async def renew_leases(self, owner: str, expires: float) -> int:
-        ended = tuple(status.value for status in END_STATES)
-
         def write(conn: sqlite3.Connection) -> int:
-            marks = ", ".join("?" * len(ended))
+            # The live statuses spelled as in the partial index, so that SQLite uses it: the
+            # heartbeat touches this process's live streams, not every retained row.
             return conn.execute(
-                f"UPDATE streams SET lease_expires = ? WHERE lease_owner = ? "
-                f"AND status NOT IN ({marks})",
-                (expires, owner, *ended),
+                "UPDATE streams SET lease_expires = ? WHERE lease_owner = ? "
+                "AND status IN ('pending', 'streaming')",
+                (expires, owner),
             ).rowcount
 
         result: int = await self._write(write)
