@@ -16,7 +16,7 @@ from unbroken.proxy.config import ProxyConfig
 from unbroken.proxy.idempotency import PendingKeys, idempotency_hash, request_hash
 from unbroken.proxy.journal import FrameRecord, StreamState
 from unbroken.proxy.limits import StreamSlots, body_refusal, read_body
-from unbroken.proxy.logs import LogfmtFormatter
+from unbroken.proxy.logs import LogfmtFormatter, log_event
 from unbroken.proxy.metrics import ProxyMetrics
 
 
@@ -133,6 +133,7 @@ def _record(msg: str, *args: object, fields: dict[str, object] | None = None) ->
     record.msecs = 5.0
     if fields is not None:
         record.fields = fields
+        record.event_name = msg
     return LogfmtFormatter().format(record)
 
 
@@ -172,3 +173,13 @@ def test_cli_flags_reach_the_config() -> None:
     with pytest.raises(ValueError, match="max_streams must be a positive integer"):
         ProxyConfig(max_streams=0)
     assert isinstance(args, argparse.Namespace)
+
+
+def test_log_event_reads_whole_under_any_formatter(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="unbroken.proxy"):
+        log_event("stream.status", stream_id="ub_1", seq=3, status="completed", error=None,
+                  reason="two words")
+    assert caplog.messages == [
+        'stream.status stream_id=ub_1 seq=3 status=completed reason="two words"']
+    assert _record("stream.status", fields=caplog.records[0].fields).endswith(  # type: ignore[attr-defined]
+        'event=stream.status stream_id=ub_1 seq=3 status=completed reason="two words"')

@@ -68,7 +68,9 @@ def log_event(event: str, /, *, level: int = logging.INFO, **fields: Any) -> Non
     """One structured record of the proxy: an event name and its fields (``None`` left out)."""
     if log.isEnabledFor(level):
         kept = {name: value for name, value in fields.items() if value is not None}
-        log.log(level, event, extra={"fields": kept})
+        # The message reads whole under any formatter; LogfmtFormatter uses the parts.
+        line = " ".join([event, *(f"{name}={_value(value)}" for name, value in kept.items())])
+        log.log(level, "%s", line, extra={"fields": kept, "event_name": event})
 
 
 def _value(value: Any) -> str:
@@ -93,7 +95,7 @@ class LogfmtFormatter(logging.Formatter):
         ]
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
-            pairs.append(("event", record.getMessage()))
+            pairs.append(("event", getattr(record, "event_name", "")))
             pairs.extend(fields.items())
         else:
             pairs.append(("msg", record.getMessage()))
