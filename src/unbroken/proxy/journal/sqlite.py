@@ -10,7 +10,8 @@ thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop:
 checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
 their own connection; in WAL mode readers never block the writer, nor it them.
 
-Schema (``PRAGMA user_version`` = 2; a version 1 file gains the columns of 2 when opened)::
+Schema (``PRAGMA user_version`` = 2; a version 1 file gains the columns of 2 when opened; the
+DDL, the upgrade and the row mapping are in ``sqlite_schema.py``)::
 
     streams(stream_id PK, dialect, created, updated, status, finish_reason, raw_finish_reason,
             last_seq, usage JSON, error JSON, upstream_requests, provider_id, credential_hash,
@@ -23,102 +24,33 @@ Schema (``PRAGMA user_version`` = 2; a version 1 file gains the columns of 2 whe
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ...finish import END_STATES, Status
+from ...finish import END_STATES
 from .base import FrameRecord, Journal, Lease, StreamMeta, StreamRecord, StreamState
+from .sqlite_schema import (
+    INSERT_FRAMES,
+    SCHEMA_VERSION,
+    STREAM_COLUMNS,
+    UPDATE_STATE,
+    connect,
+    dumps,
+    prepare,
+    record_from_row,
+    stream_row,
+)
 
 __all__ = ["SCHEMA_VERSION", "SQLiteJournal"]
 
-SCHEMA_VERSION: Final = 2
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS streams (
-    stream_id TEXT PRIMARY KEY,
-    dialect TEXT NOT NULL,
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    status TEXT NOT NULL,
-    finish_reason TEXT,
-    raw_finish_reason TEXT,
-    last_seq INTEGER NOT NULL,
-    usage TEXT,
-    error TEXT,
-    upstream_requests INTEGER NOT NULL,
-    provider_id TEXT,
-    credential_hash TEXT,
-    token_hash TEXT NOT NULL,
-    media_type TEXT NOT NULL,
-    request_path TEXT NOT NULL,
-    response_headers TEXT NOT NULL,
-    idempotency_hash TEXT,
-    request_hash TEXT,
-    background INTEGER NOT NULL DEFAULT 0,
-    lease_owner TEXT,
-    lease_expires REAL
-);
-CREATE INDEX IF NOT EXISTS streams_updated ON streams (updated);
-CREATE TABLE IF NOT EXISTS frames (
-    stream_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    event TEXT,
-    data BLOB NOT NULL,
-    text TEXT,
-    PRIMARY KEY (stream_id, seq)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS streams_idempotency ON streams (idempotency_hash)
-    WHERE idempotency_hash IS NOT NULL;
-CREATE INDEX IF NOT EXISTS streams_live_leases ON streams (lease_owner)
-    WHERE status IN ('pending', 'streaming');
-"""
-_UPGRADE_FROM_1: Final = (
-    "ALTER TABLE streams ADD COLUMN idempotency_hash TEXT",
-    "ALTER TABLE streams ADD COLUMN request_hash TEXT",
-    "ALTER TABLE streams ADD COLUMN background INTEGER NOT NULL DEFAULT 0",
-    "ALTER TABLE streams ADD COLUMN lease_owner TEXT",
-    "ALTER TABLE streams ADD COLUMN lease_expires REAL",
-)
-_STREAM_COLUMNS: Final = (
-    "stream_id, dialect, created, updated, status, finish_reason, raw_finish_reason, last_seq, "
-    "usage, error, upstream_requests, provider_id, credential_hash, token_hash, media_type, "
-    "request_path, response_headers, idempotency_hash, request_hash, background"
-)
-_UPDATE_STATE: Final = (
-    "UPDATE streams SET updated = ?, status = ?, finish_reason = ?, raw_finish_reason = ?, "
-    "last_seq = ?, usage = ?, error = ?, upstream_requests = ?, provider_id = ? "
-    "WHERE stream_id = ?"
-)
 CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the event loop)
 COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window
 STATE_EVERY: Final = 1.0  # seconds between rewrites of a live stream's row for progress alone
 
 Write = Callable[[sqlite3.Connection], Any]
-_INSERT_FRAMES: Final = "INSERT INTO frames VALUES (?, ?, ?, ?, ?)"
-
-
-def _connect(path: str, *, read_only: bool) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    if read_only:
-        conn.execute("PRAGMA query_only=1")
-    else:
-        conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it
-    return conn
-
-
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
 class _Checkpointer(threading.Thread):
     """Moves the WAL into the database file every ``every`` seconds, off the event loop."""
 
@@ -129,7 +61,7 @@ class _Checkpointer(threading.Thread):
         self._stopping = threading.Event()
 
     def run(self) -> None:
-        conn = _connect(self._path, read_only=False)
+        conn = connect(self._path, read_only=False)
         try:
             while not self._stopping.wait(self._every):
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -159,9 +91,9 @@ class _Batch:
         try:
             results = [write(conn) for write in self.writes]
             if self.rows:
-                conn.executemany(_INSERT_FRAMES, self.rows)
+                conn.executemany(INSERT_FRAMES, self.rows)
             if self.updates:
-                updated = conn.executemany(_UPDATE_STATE, self.updates).rowcount
+                updated = conn.executemany(UPDATE_STATE, self.updates).rowcount
                 if updated != len(self.updates):
                     raise KeyError("an append names a stream that does not exist")
             conn.execute("COMMIT")
@@ -190,23 +122,9 @@ class SQLiteJournal(Journal):
         self._written: dict[str, StreamState] = {}  # the state last written, per live stream
 
     async def open(self) -> None:
-        setup = _connect(self.path, read_only=False)
-        try:
-            version = setup.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path}: journal schema {version} is newer than this proxy's"
-                    f" ({SCHEMA_VERSION})"
-                )
-            if version == 1:
-                for statement in _UPGRADE_FROM_1:
-                    setup.execute(statement)
-            setup.executescript(_SCHEMA)
-            setup.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        finally:
-            setup.close()
-        self._writer = _connect(self.path, read_only=False)
-        self._reader = _connect(self.path, read_only=True)
+        prepare(self.path)
+        self._writer = connect(self.path, read_only=False)
+        self._reader = connect(self.path, read_only=True)
         self._checkpointer = _Checkpointer(self.path, self._checkpoint_every)
         self._checkpointer.start()
         await super().open()
@@ -284,17 +202,9 @@ class SQLiteJournal(Journal):
     # -- storage ------------------------------------------------------------------------------
 
     async def _create(self, meta: StreamMeta, state: StreamState, lease: Lease | None) -> None:
-        row = (
-            meta.stream_id, meta.dialect, meta.created, state.updated, state.status.value,
-            state.finish_reason, state.raw_finish_reason, state.last_seq, _dumps(state.usage),
-            _dumps(state.error), state.upstream_requests, state.provider_id,
-            meta.credential_hash, meta.token_hash, meta.media_type, meta.request_path,
-            json.dumps(list(meta.response_headers)), meta.idempotency_hash, meta.request_hash,
-            int(meta.background),
-            None if lease is None else lease.owner, None if lease is None else lease.expires,
-        )
-        columns = f"{_STREAM_COLUMNS}, lease_owner, lease_expires"
-        sql = f"INSERT INTO streams ({columns}) VALUES ({', '.join('?' * len(row))})"
+        row = stream_row(meta, state, lease)
+        sql = f"INSERT INTO streams ({STREAM_COLUMNS}, lease_owner, lease_expires) " \
+              f"VALUES ({', '.join('?' * len(row))})"
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(sql, row)
@@ -319,7 +229,7 @@ class SQLiteJournal(Journal):
         ):
             batch.updates.append((
                 state.updated, state.status.value, state.finish_reason, state.raw_finish_reason,
-                state.last_seq, _dumps(state.usage), _dumps(state.error),
+                state.last_seq, dumps(state.usage), dumps(state.error),
                 state.upstream_requests, state.provider_id, stream_id,
             ))
             if state.ended:
@@ -345,7 +255,7 @@ class SQLiteJournal(Journal):
             conn.execute("BEGIN")  # one snapshot for the row and its frames
             try:
                 row = conn.execute(
-                    f"SELECT {_STREAM_COLUMNS} FROM streams WHERE stream_id = ?", (stream_id,)
+                    f"SELECT {STREAM_COLUMNS} FROM streams WHERE stream_id = ?", (stream_id,)
                 ).fetchone()
                 if row is None:
                     return None
@@ -359,7 +269,7 @@ class SQLiteJournal(Journal):
                 ).fetchall()
             finally:
                 conn.execute("COMMIT")
-            return _record(row, "".join(text for (text,) in texts), last_seq)
+            return record_from_row(row, "".join(text for (text,) in texts), last_seq)
 
         result: StreamRecord | None = self._read(read)
         return result
@@ -445,37 +355,3 @@ def _material(state: StreamState) -> tuple[Any, ...]:
     """What in a state must be written at once (progress alone may wait)."""
     return (state.status, state.finish_reason, state.raw_finish_reason, state.usage,
             state.error, state.upstream_requests, state.provider_id)
-
-
-def _record(row: tuple[Any, ...], text: str, frames_last_seq: int | None) -> StreamRecord:
-    (
-        stream_id, dialect, created, updated, status, finish_reason, raw_finish_reason,
-        last_seq, usage, error, upstream_requests, provider_id, credential_hash, token_hash,
-        media_type, request_path, response_headers, idempotency_hash, request_hash,
-        background,
-    ) = row
-    meta = StreamMeta(
-        stream_id=stream_id,
-        dialect=dialect,
-        created=created,
-        media_type=media_type,
-        token_hash=token_hash,
-        credential_hash=credential_hash,
-        request_path=request_path,
-        response_headers=tuple((name, value) for name, value in json.loads(response_headers)),
-        idempotency_hash=idempotency_hash,
-        request_hash=request_hash,
-        background=bool(background),
-    )
-    state = StreamState(
-        status=Status(status),
-        updated=updated,
-        last_seq=max(last_seq, frames_last_seq or 0),
-        finish_reason=finish_reason,
-        raw_finish_reason=raw_finish_reason,
-        usage=_loads(usage),
-        error=_loads(error),
-        upstream_requests=upstream_requests,
-        provider_id=provider_id,
-    )
-    return StreamRecord(meta=meta, state=state, text=text)

@@ -1,0 +1,172 @@
+"""The SQLite journal's schema, its upgrades, and the mapping between rows and records.
+
+Version 1 had the stream and frame columns; version 2 added the idempotency and request hashes,
+the background flag and the producer lease (owner, expiry), with partial indexes for idempotent
+lookups and for the heartbeat of live streams. ``prepare`` creates a file or upgrades it in place.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any, Final
+
+from ...finish import Status
+from .base import Lease, StreamMeta, StreamRecord, StreamState
+
+__all__ = [
+    "INSERT_FRAMES",
+    "SCHEMA_VERSION",
+    "STREAM_COLUMNS",
+    "UPDATE_STATE",
+    "connect",
+    "dumps",
+    "loads",
+    "prepare",
+    "record_from_row",
+    "stream_row",
+]
+
+SCHEMA_VERSION: Final = 2
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS streams (
+    stream_id TEXT PRIMARY KEY,
+    dialect TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    status TEXT NOT NULL,
+    finish_reason TEXT,
+    raw_finish_reason TEXT,
+    last_seq INTEGER NOT NULL,
+    usage TEXT,
+    error TEXT,
+    upstream_requests INTEGER NOT NULL,
+    provider_id TEXT,
+    credential_hash TEXT,
+    token_hash TEXT NOT NULL,
+    media_type TEXT NOT NULL,
+    request_path TEXT NOT NULL,
+    response_headers TEXT NOT NULL,
+    idempotency_hash TEXT,
+    request_hash TEXT,
+    background INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_expires REAL
+);
+CREATE INDEX IF NOT EXISTS streams_updated ON streams (updated);
+CREATE TABLE IF NOT EXISTS frames (
+    stream_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event TEXT,
+    data BLOB NOT NULL,
+    text TEXT,
+    PRIMARY KEY (stream_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS streams_idempotency ON streams (idempotency_hash)
+    WHERE idempotency_hash IS NOT NULL;
+CREATE INDEX IF NOT EXISTS streams_live_leases ON streams (lease_owner)
+    WHERE status IN ('pending', 'streaming');
+"""
+UPGRADE_FROM_1: Final = (
+    "ALTER TABLE streams ADD COLUMN idempotency_hash TEXT",
+    "ALTER TABLE streams ADD COLUMN request_hash TEXT",
+    "ALTER TABLE streams ADD COLUMN background INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE streams ADD COLUMN lease_owner TEXT",
+    "ALTER TABLE streams ADD COLUMN lease_expires REAL",
+)
+STREAM_COLUMNS: Final = (
+    "stream_id, dialect, created, updated, status, finish_reason, raw_finish_reason, last_seq, "
+    "usage, error, upstream_requests, provider_id, credential_hash, token_hash, media_type, "
+    "request_path, response_headers, idempotency_hash, request_hash, background"
+)
+UPDATE_STATE: Final = (
+    "UPDATE streams SET updated = ?, status = ?, finish_reason = ?, raw_finish_reason = ?, "
+    "last_seq = ?, usage = ?, error = ?, upstream_requests = ?, provider_id = ? "
+    "WHERE stream_id = ?"
+)
+INSERT_FRAMES: Final = "INSERT INTO frames VALUES (?, ?, ?, ?, ?)"
+
+
+def connect(path: str, *, read_only: bool) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    if read_only:
+        conn.execute("PRAGMA query_only=1")
+    else:
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it
+    return conn
+
+
+def dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def prepare(path: str) -> None:
+    """Create the tables, or bring an older file to ``SCHEMA_VERSION``; refuse a newer one."""
+    setup = connect(path, read_only=False)
+    try:
+        version = setup.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{path}: journal schema {version} is newer than this proxy's"
+                f" ({SCHEMA_VERSION})"
+            )
+        if version == 1:
+            for statement in UPGRADE_FROM_1:
+                setup.execute(statement)
+        setup.executescript(SCHEMA)
+        setup.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    finally:
+        setup.close()
+
+
+def stream_row(meta: StreamMeta, state: StreamState, lease: Lease | None) -> tuple[Any, ...]:
+    """The values of a new ``streams`` row: ``STREAM_COLUMNS``, then the lease's two."""
+    return (
+        meta.stream_id, meta.dialect, meta.created, state.updated, state.status.value,
+        state.finish_reason, state.raw_finish_reason, state.last_seq, dumps(state.usage),
+        dumps(state.error), state.upstream_requests, state.provider_id,
+        meta.credential_hash, meta.token_hash, meta.media_type, meta.request_path,
+        json.dumps(list(meta.response_headers)), meta.idempotency_hash, meta.request_hash,
+        int(meta.background),
+        None if lease is None else lease.owner, None if lease is None else lease.expires,
+    )
+
+
+def record_from_row(row: tuple[Any, ...], text: str, frames_last_seq: int | None) -> StreamRecord:
+    (
+        stream_id, dialect, created, updated, status, finish_reason, raw_finish_reason,
+        last_seq, usage, error, upstream_requests, provider_id, credential_hash, token_hash,
+        media_type, request_path, response_headers, idempotency_hash, request_hash,
+        background,
+    ) = row
+    meta = StreamMeta(
+        stream_id=stream_id,
+        dialect=dialect,
+        created=created,
+        media_type=media_type,
+        token_hash=token_hash,
+        credential_hash=credential_hash,
+        request_path=request_path,
+        response_headers=tuple((name, value) for name, value in json.loads(response_headers)),
+        idempotency_hash=idempotency_hash,
+        request_hash=request_hash,
+        background=bool(background),
+    )
+    state = StreamState(
+        status=Status(status),
+        updated=updated,
+        last_seq=max(last_seq, frames_last_seq or 0),
+        finish_reason=finish_reason,
+        raw_finish_reason=raw_finish_reason,
+        usage=loads(usage),
+        error=loads(error),
+        upstream_requests=upstream_requests,
+        provider_id=provider_id,
+    )
+    return StreamRecord(meta=meta, state=state, text=text)
