@@ -73,8 +73,11 @@ def test_sigterm_lets_live_streams_finish_within_the_grace_then_interrupts_the_r
 
         proxy.process.send_signal(signal.SIGTERM)
         _wait_for_log(log, "proxy.draining")
-        # No new stream while draining: the listener is closed, or the proxy answers 503.
+        # No new stream while draining: the listener is closed, or the proxy answers 503 (and
+        # so does /healthz, for a load balancer).
         try:
+            health = httpx2.get(proxy.base_url + "/healthz", timeout=5)
+            assert (health.status_code, health.json()) == (503, {"status": "draining"})
             late = httpx2.post(proxy.base_url + chat.path, json=chat.body, timeout=5,
                                headers=chat.headers(quick))
             assert (late.status_code, late.headers["retry-after"]) == (503, "1")
