@@ -6,6 +6,7 @@ upstream frame over ``max_event_size`` ends the stream ``failed`` with an error 
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -143,3 +144,20 @@ def test_an_upstream_frame_over_max_event_size_fails_the_stream(mock_server: str
         status = stream_status(proxy, stream_id)
         assert (status["status"], status["last_seq"], status["error"]["type"]) == (
             "failed", 35, "EventTooLargeError")
+
+
+def test_a_draining_proxy_refuses_new_streams_with_503(mock_server: str) -> None:
+    call = CALLS["anthropic"]
+    with running_proxy(mock_server, shutdown_grace=0.0) as (proxy, app):
+        app.begin_drain_threadsafe()  # what SIGTERM does, without stopping the server
+        deadline = time.monotonic() + 10
+        while httpx2.get(proxy + "/healthz").status_code != 503:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert httpx2.get(proxy + "/healthz").json() == {"status": "draining"}
+        refused = httpx2.post(proxy + call.path, json=call.body, headers=call.headers("tokens=3"))
+        assert (refused.status_code, refused.headers["retry-after"]) == (503, "1")
+        assert refused.json() == {"type": "error", "error": {
+            "type": "api_error",
+            "message": "unbroken proxy: shutting down; retry on another instance"}}
+    assert mock_counts(mock_server).get("generations", {}) == {}
