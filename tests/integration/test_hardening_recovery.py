@@ -5,6 +5,7 @@ its reason; a Responses background stream is re-attached upstream when its owner
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from tests.integration.hardening_process import ProxyProcess, log_records
 from tests.integration.test_proxy_support import (
     CALLS,
+    DIALECTS,
     KEY,
     OTHER_KEY,
     FrameReader,
@@ -87,6 +89,47 @@ def test_sigkill_mid_stream_keeps_every_frame_and_reports_interrupted(
     assert mock_counts(mock_server)["generations"] == {"/v1/messages": 1}
     recovered = [r for r in log_records(log) if r.get("event") == "stream.recovered"]
     assert [(r["stream_id"], r["seq"]) for r in recovered] == [(stream_id, "8")]
+
+
+def test_sigkill_with_a_live_stream_of_every_dialect_keeps_all_their_frames(
+    tmp_path: Path, mock_server: str
+) -> None:
+    store, log = tmp_path / "journal.db", tmp_path / "proxy.log"
+    read: dict[str, tuple[str, int, list[str]]] = {}  # dialect: stream id, frames, their data
+    first = ProxyProcess.start(mock_server, store, log, *LEASE)
+    try:
+        with ExitStack() as stack:
+            for index, dialect in enumerate(DIALECTS):
+                call = CALLS[dialect]
+                taken = call.first_text + 2  # two text frames in
+                scenario = f"seed={70 + index}; tokens=8; stall_after={taken}; stall_s=30"
+                response = stack.enter_context(httpx2.stream(
+                    "POST", first.base_url + call.path, json=call.body, timeout=10,
+                    headers=call.headers(scenario)))
+                frames = FrameReader(response, dialect).take(taken)
+                data = [f.raw.rstrip(b"\r\n").decode() if dialect == "ollama" else f.data
+                        for f in frames]
+                read[dialect] = (response.headers["unbroken-stream-id"], taken, data)
+            first.kill()
+    finally:
+        first.kill()
+
+    with ProxyProcess.start(mock_server, store, log, *LEASE) as second:
+        for index, dialect in enumerate(DIALECTS):
+            stream_id, taken, data = read[dialect]
+            status = _status_when_settled(second.base_url, stream_id)
+            assert (status["status"], status["last_seq"], status["text"]) == (
+                "interrupted", taken + 1, CALLS[dialect].text_after(70 + index, 8, taken))
+            # The events endpoint serves every dialect as SSE with ids: each journaled frame
+            # as it was sent, then the dialect's error frame.
+            events = frames_of("openai-chat", httpx2.get(
+                f"{second.base_url}/v1/streams/{stream_id}/events", headers=AUTH).content)
+            assert [e.data for e in events[:taken]] == data
+            assert [e.id for e in events] == [
+                f"{stream_id}:{n}" for n in range(1, taken + 2)]
+            assert "lease expired" in events[-1].data and "error" in events[-1].data
+    assert mock_counts(mock_server)["generations"] == {
+        CALLS[d].path.partition("?")[0]: 1 for d in DIALECTS}
 
 
 def test_background_stream_resumed_by_its_owner_after_sigkill_completes(
