@@ -5,6 +5,7 @@ with no second generation in the mock's counters; the same key with another body
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,6 +21,16 @@ pytestmark = pytest.mark.integration
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 SCENARIO = "seed=41; tokens=8; delay_ms=20"
+FULL = reply_text(41, 8)
+CHAT = {"/v1/chat/completions": 1}
+
+
+@pytest.fixture(scope="module")
+def proxy(mock_server_session: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    directory = Path(tmp_path_factory.mktemp("idempotency"))
+    with ProxyProcess.start(mock_server_session, directory / "journal.db",
+                            directory / "proxy.log", "--log-level", "warning") as process:
+        yield process.base_url
 
 
 def _sdk_text(proxy: str, key: str, idempotency_key: str, content: str = "hi") -> str:
@@ -31,69 +42,76 @@ def _sdk_text(proxy: str, key: str, idempotency_key: str, content: str = "hi") -
         return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def test_a_repeated_create_attaches_and_a_changed_body_is_422(tmp_path: Path,
-                                                              mock_server: str) -> None:
+def test_a_double_click_attaches_to_the_live_stream(proxy: str, mock_server: str) -> None:
+    with openai.OpenAI(base_url=proxy + "/v1", api_key=KEY, max_retries=0) as client:
+        first = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+            extra_headers={"Idempotency-Key": "click-1", "Unbroken-Mock": SCENARIO},
+        )
+        iterator = iter(first)
+        head = [next(iterator) for _ in range(3)]
+        # The second request arrives while the first stream is live: from its first frame.
+        assert _sdk_text(proxy, KEY, "click-1") == FULL
+        rest = list(iterator)
+    assert "".join(c.choices[0].delta.content or "" for c in head + rest if c.choices) == FULL
+    assert mock_counts(mock_server)["generations"] == CHAT
+
+
+def test_an_ended_stream_is_retained_for_its_key(proxy: str, mock_server: str) -> None:
+    assert _sdk_text(proxy, KEY, "retained-1") == FULL
+    # A hand-written request with the same JSON in another key order is the same request.
+    again = httpx2.post(proxy + "/v1/chat/completions", timeout=10,
+                        json={"stream": True, "messages": MESSAGES, "model": "m"},
+                        headers=CALLS["openai-chat"].headers(SCENARIO)
+                        | {"Idempotency-Key": "retained-1"})
+    assert again.headers["idempotent-replayed"] == "true"
+    assert message_of("openai-chat", again.content).text == FULL
+    assert mock_counts(mock_server)["generations"] == CHAT
+
+
+def test_the_same_key_with_another_body_is_422(proxy: str, mock_server: str) -> None:
+    assert _sdk_text(proxy, KEY, "changed-1") == FULL
+    with pytest.raises(openai.UnprocessableEntityError) as changed:
+        _sdk_text(proxy, KEY, "changed-1", content="something else")
+    assert changed.value.status_code == 422
+    assert "unbroken proxy: this Idempotency-Key was used with a different request" in str(
+        changed.value)
+    assert mock_counts(mock_server)["generations"] == CHAT
+
+
+def test_a_key_belongs_to_its_credential(proxy: str, mock_server: str) -> None:
+    assert _sdk_text(proxy, KEY, "shared-1") == FULL
+    assert _sdk_text(proxy, OTHER_KEY, "shared-1") == FULL  # another credential: its own
+    assert mock_counts(mock_server)["generations"] == {"/v1/chat/completions": 2}
+
+
+def test_two_requests_at_once_make_one_stream(proxy: str, mock_server: str) -> None:
+    barrier = threading.Barrier(2)
+    call = CALLS["anthropic"]
+
+    def post(_n: int) -> tuple[str, str]:
+        barrier.wait()
+        response = httpx2.post(proxy + call.path, timeout=10, json=call.body,
+                               headers=call.headers(SCENARIO) | {"Idempotency-Key": "twin-1"})
+        assert response.status_code == 200
+        return (response.headers["unbroken-stream-id"],
+                message_of("anthropic", response.content).text)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = list(pool.map(post, range(2)))
+    assert answers[0] == answers[1]
+    assert answers[0][1] == FULL
+    assert mock_counts(mock_server)["generations"] == {"/v1/messages": 1}
+
+
+def test_a_restarted_proxy_still_knows_the_key(tmp_path: Path, mock_server: str) -> None:
     store, log = tmp_path / "journal.db", tmp_path / "proxy.log"
-    full = reply_text(41, 8)
     with ProxyProcess.start(mock_server, store, log, "--log-level", "warning") as process:
-        proxy = process.base_url
-        # A double click: the second request arrives while the first stream is live.
-        with openai.OpenAI(base_url=proxy + "/v1", api_key=KEY, max_retries=0) as client:
-            first = client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
-                extra_headers={"Idempotency-Key": "order-1", "Unbroken-Mock": SCENARIO},
-            )
-            iterator = iter(first)
-            head = [next(iterator) for _ in range(3)]
-            assert _sdk_text(proxy, KEY, "order-1") == full  # from the first frame
-            rest = list(iterator)
-        text = "".join(c.choices[0].delta.content or "" for c in head + rest if c.choices)
-        assert text == full
-        assert mock_counts(mock_server)["generations"] == {"/v1/chat/completions": 1}
-
-        # Once ended, the stream is still retained: the key attaches again.
-        again = httpx2.post(proxy + "/v1/chat/completions", timeout=10,
-                            json={"model": "m", "messages": MESSAGES, "stream": True},
-                            headers=CALLS["openai-chat"].headers(SCENARIO)
-                            | {"Idempotency-Key": "order-1"})
-        assert again.headers["idempotent-replayed"] == "true"
-        assert message_of("openai-chat", again.content).text == full
-
-        # The same key with a different body is a mistake: 422, in OpenAI's error shape.
-        with pytest.raises(openai.UnprocessableEntityError) as changed:
-            _sdk_text(proxy, KEY, "order-1", content="something else")
-        assert changed.value.status_code == 422
-        assert "Idempotency-Key was used with a different request" in str(changed.value)
-        assert mock_counts(mock_server)["generations"] == {"/v1/chat/completions": 1}
-
-        # A key belongs to its credential: another one with the same key generates anew.
-        assert _sdk_text(proxy, OTHER_KEY, "order-1") == full
-        assert mock_counts(mock_server)["generations"] == {"/v1/chat/completions": 2}
-
-        # Two requests at the same moment with a new key: one stream, one generation.
-        barrier = threading.Barrier(2)
-
-        def post() -> tuple[str, str]:
-            barrier.wait()
-            response = httpx2.post(
-                proxy + "/v1/messages", timeout=10, json=CALLS["anthropic"].body,
-                headers=CALLS["anthropic"].headers(SCENARIO) | {"Idempotency-Key": "order-2"})
-            assert response.status_code == 200
-            return (response.headers["unbroken-stream-id"],
-                    message_of("anthropic", response.content).text)
-
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            answers = list(pool.map(lambda _n: post(), range(2)))
-        assert answers[0] == answers[1]
-        assert answers[0][1] == full
-        assert mock_counts(mock_server)["generations"] == {
-            "/v1/chat/completions": 2, "/v1/messages": 1}
-
-    # A restarted proxy still knows the key (the journal holds its hash, never the key).
+        assert _sdk_text(process.base_url, KEY, "restart-1") == FULL
+    # The journal holds the key's hash, never the key.
     for path in (store, Path(f"{store}-wal")):
         if path.exists():
-            assert b"order-1" not in path.read_bytes()
+            assert b"restart-1" not in path.read_bytes()
     with ProxyProcess.start(mock_server, store, log, "--log-level", "warning") as process:
-        assert _sdk_text(process.base_url, KEY, "order-1") == full
-    assert mock_counts(mock_server)["generations"] == {
-        "/v1/chat/completions": 2, "/v1/messages": 1}
+        assert _sdk_text(process.base_url, KEY, "restart-1") == FULL
+    assert mock_counts(mock_server)["generations"] == CHAT
