@@ -115,6 +115,20 @@ async def test_recovery_interrupts_an_expired_lease_once_with_an_error_frame(
 
 
 @pytest.mark.anyio
+async def test_a_stream_this_process_leases_without_a_producer_is_settled_at_once(
+    journal: Journal,
+) -> None:
+    keeper = LeaseKeeper(journal, ttl=60, renew_every=1)
+    await _live(journal, "orphan", keeper.lease())  # its producer stopped without its end
+    recovery = Recovery(journal, keeper)
+    assert (await recovery.settle("orphan")).state.status is Status.STREAMING  # type: ignore[union-attr]
+    journal.release("orphan")
+    settled = await recovery.settle("orphan", wait=True)  # no wait: the lease is ours
+    assert settled is not None
+    assert (settled.state.status, settled.state.last_seq) == (Status.INTERRUPTED, 3)
+
+
+@pytest.mark.anyio
 async def test_a_background_stream_is_left_continuable_and_can_reopen(journal: Journal) -> None:
     await _live(journal, "bg", Lease("gone", time.time() - 1), dialect="openai-responses",
                 background=True)

@@ -122,15 +122,16 @@ class Recovery:
             if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
                 return record
             lease = await self.journal.lease(stream_id)
-        if wait and lease is not None and lease.expires > time.time():
+        if wait and _running_elsewhere(lease, self.keeper.owner):
+            assert lease is not None
             await asyncio.sleep(lease.expires - time.time() + 0.01)
         async with self._lock:
             record = await self.journal.get(stream_id, with_text=False)
             if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
                 return record
             lease = await self.journal.lease(stream_id)
-            if lease is not None and lease.expires > time.time():
-                return record  # its producer may still be alive elsewhere
+            if _running_elsewhere(lease, self.keeper.owner):
+                return record  # its producer may still be alive in another process
             return await self._interrupt(record, lease)
 
     async def _interrupt(self, record: StreamRecord, lease: Lease | None) -> StreamRecord:
@@ -150,6 +151,12 @@ class Recovery:
                   seq=interrupted.last_seq, status="interrupted", continuable=continuable,
                   lease_owner=None if lease is None else lease.owner)
         return replace(record, state=interrupted)
+
+
+def _running_elsewhere(lease: Lease | None, owner: str) -> bool:
+    """A lease not expired, of another process (this one knows its own producers: a stream
+    it leases without a live tail here lost its producer, e.g. to a failed commit)."""
+    return lease is not None and lease.owner != owner and lease.expires > time.time()
 
 
 def _next_provider_seq(record: StreamRecord) -> int | None:
