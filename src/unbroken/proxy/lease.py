@@ -122,8 +122,7 @@ class Recovery:
             if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
                 return record
             lease = await self.journal.lease(stream_id)
-        if wait and _running_elsewhere(lease, self.keeper.owner):
-            assert lease is not None
+        if wait and lease is not None and _running_elsewhere(lease, self.keeper.owner):
             await asyncio.sleep(lease.expires - time.time() + 0.01)
         async with self._lock:
             record = await self.journal.get(stream_id, with_text=False)
