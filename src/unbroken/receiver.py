@@ -98,8 +98,14 @@ class StreamReceiver:
         stall_seconds: float = DEFAULT_STALL_SECONDS,
         raw_budget: int = DEFAULT_RAW_BUDGET,
         message: Message | None = None,
+        framing: Literal["sse", "ndjson"] | None = None,
     ) -> None:
+        if framing not in (None, "sse", "ndjson"):
+            raise ValueError(f"framing must be 'sse' or 'ndjson', not {framing!r}")
         self.dialect_name = dialect
+        # Overrides the dialect's own framing: an unbroken proxy serves any dialect as SSE on
+        # GET /v1/streams/{id}/events, Ollama's JSON lines included.
+        self.framing = framing
         self.dialect: Any = None if dialect == "auto" else get_dialect(dialect)
         self.message = (
             message if message is not None else Message(trace=trace, raw_budget=raw_budget)
@@ -322,7 +328,7 @@ class StreamReceiver:
         return self.dialect
 
     def _new_decoder(self, framing: str) -> SSEDecoder | NDJSONDecoder:
-        if framing == "ndjson":
+        if (self.framing or framing) == "ndjson":
             return NDJSONDecoder(max_event_size=self._max_event_size)
         return SSEDecoder(max_event_size=self._max_event_size, last_event_id=self._last_event_id)
 

@@ -49,3 +49,21 @@ def test_a_cut_client_connection_resumes_from_the_journal(
     path = call.path.split("?")[0]
     assert counts["generations"] == {path: 1}
     assert counts.get("resumes", {}) == {}  # served from the journal, not upstream
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_events_route_reads_as_the_same_message(mock_server: str, dialect: str) -> None:
+    # GET /v1/streams/{id}/events serves every dialect as SSE with the proxy's ids, Ollama's
+    # JSON lines included; reading it after seq 3 gives the rest, exactly.
+    call = CALLS[dialect]
+    with running_proxy(mock_server) as (proxy, _):
+        first = httpx2.post(proxy + call.path, json=call.body,
+                            headers=call.headers(f"seed={SEED}; tokens={TOKENS}"), timeout=10)
+        assert first.status_code == 200
+        stream_id = first.headers["unbroken-stream-id"]
+        with stream("GET", f"{proxy}/v1/streams/{stream_id}/events", dialect=dialect,
+                    headers={**call.headers(""), "Last-Event-ID": f"{stream_id}:3"}) as s:
+            text = "".join(s.iter_text())
+    assert text == reply_text(SEED, TOKENS)[len(call.text_after(SEED, TOKENS, 3)):]
+    assert s.message.status is Status.COMPLETED
+    assert s.message.last_seq == call.total(TOKENS)

@@ -179,6 +179,13 @@ class StreamSession:
             self._stream_id = stream_id
         media = headers.get("content-type", "").split(";")[0].strip().lower()
         framing = self._framing()
+        if framing == "ndjson" and media == "text/event-stream":
+            # JSON lines served as SSE: an unbroken proxy's GET /v1/streams/{id}/events.
+            framing = "sse"
+            if self._kind == "resume":
+                self.receiver.framing = "sse"
+            else:
+                self.receiver = StreamReceiver(self.dialect, trace=self.trace, framing="sse")
         expected = _MEDIA_TYPES.get(framing, ()) if framing else (*_MEDIA_TYPES["sse"],
                                                                  *_MEDIA_TYPES["ndjson"])
         if media not in expected:
@@ -381,7 +388,9 @@ class StreamSession:
 
     def _framing(self) -> str | None:
         dialect = self.receiver.dialect
-        return None if dialect is None else str(dialect.framing)
+        if dialect is None:
+            return None
+        return self.receiver.framing or str(dialect.framing)
 
     def _due(self) -> tuple[float, str] | None:
         """The nearest deadline: (when, which). Called after every read, so it builds no error."""

@@ -25,7 +25,8 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
-from ..jsonparse import dumps_compact
+from ..framing import ServerSentEvent
+from ..jsonparse import dumps_compact, loads
 from .base import NOTHING, PASS, DialectBase, count, error_event, finish
 
 __all__ = ["EVENT_TYPES", "FINISH_REASONS", "OllamaDialect"]
@@ -85,7 +86,13 @@ class OllamaDialect(DialectBase):
         self._quiet = frozenset(key for key, handler in parts.items() if handler is None)
 
     def load(self, frame: Any) -> Any:
-        value = frame.value
+        if frame.__class__ is ServerSentEvent:  # a line served as SSE (the proxy's events route)
+            try:
+                value = loads(frame.data)
+            except ValueError as exc:
+                raise PayloadError(f"ollama: malformed JSON in an SSE frame: {exc}") from exc
+        else:
+            value = frame.value
         if type(value) is not dict:
             raise PayloadError(f"ollama: line is JSON {type(value).__name__}, expected an object")
         return value
