@@ -179,8 +179,9 @@ class StreamSession:
             self._stream_id = stream_id
         media = headers.get("content-type", "").split(";")[0].strip().lower()
         framing = self._framing()
-        if framing == "ndjson" and media == "text/event-stream":
-            # JSON lines served as SSE: an unbroken proxy's GET /v1/streams/{id}/events.
+        if framing == "ndjson" and media == "text/event-stream" and stream_id:
+            # JSON lines served as SSE by an unbroken proxy (GET /v1/streams/{id}/events); from
+            # any other server an SSE answer to an NDJSON dialect stays a ContentTypeError.
             framing = "sse"
             if self._kind == "resume":
                 self.receiver.framing = "sse"
