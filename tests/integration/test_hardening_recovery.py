@@ -185,6 +185,10 @@ def test_background_stream_resumed_by_its_owner_after_sigkill_completes(
             "completed", reply_text(22, 10), total
         )
         assert status["upstream_requests"] == 2
+        metrics = httpx2.get(second.base_url + "/metrics").text.splitlines()
+        assert "unbroken_upstream_resumes_total 1" in metrics
+        assert "unbroken_resumes_total 1" in metrics
+        assert "unbroken_streams_started_total 0" in metrics  # no new stream: the same one
     assert mock_counts(mock_server) == {
         "generations": {"/v1/responses": 1}, "resumes": {"/v1/responses": 1}
     }

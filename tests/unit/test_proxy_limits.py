@@ -101,6 +101,10 @@ def test_metrics_follow_landed_appends_and_render_prometheus_text() -> None:
     metrics.landed("s1", [FrameRecord(4, "error", b"{}")], StreamState(
         status=Status.INTERRUPTED, updated=0, last_seq=4,
         error={"type": "TransportError", "message": "broke"}))
+    metrics.landed("s3", [], StreamState(status=Status.STREAMING, updated=0,
+                                         upstream_requests=2))
+    metrics.landed("s3", [], StreamState(status=Status.COMPLETED, updated=0,
+                                         upstream_requests=4))
     metrics.landed("s2", [], StreamState(status=Status.FAILED, updated=0,
                                          error={"type": "overloaded_error", "message": "x"}))
     metrics.committed(0.0007)
@@ -111,6 +115,8 @@ def test_metrics_follow_landed_appends_and_render_prometheus_text() -> None:
     for line in [
         "unbroken_active_streams 1", "unbroken_readers 3", "unbroken_frames_total 4",
         "unbroken_resumes_total 2", "unbroken_streams_interrupted_total 1",
+        "unbroken_upstream_resumes_total 2",
+        'unbroken_streams_ended_total{status="completed"} 1',
         'unbroken_streams_ended_total{status="failed"} 1',
         'unbroken_streams_ended_total{status="interrupted"} 1',
         'unbroken_upstream_errors_total{kind="broken"} 1',

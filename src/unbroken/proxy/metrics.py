@@ -74,12 +74,20 @@ class ProxyMetrics:
         self.refusals: Counter[int] = Counter()
         self.commit_seconds = Histogram(_COMMIT_BUCKETS)
         self.upstream_seconds = Histogram(_LATENCY_BUCKETS)
+        self.upstream_resumes = 0
         self._status: dict[str, Status] = {}  # last status seen per stream not yet ended
+        self._requests: dict[str, int] = {}  # upstream requests seen per stream not yet ended
 
     # -- the journal's observer ---------------------------------------------------------------
 
     def landed(self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState) -> None:
         self.frames += len(frames)
+        requests = self._requests.get(stream_id, state.upstream_requests)
+        self.upstream_resumes += max(0, state.upstream_requests - requests)
+        if state.ended:
+            self._requests.pop(stream_id, None)
+        else:
+            self._requests[stream_id] = state.upstream_requests
         before = self._status.get(stream_id)
         if before is state.status:
             return
@@ -127,6 +135,9 @@ class ProxyMetrics:
                [f"unbroken_frames_total {self.frames}"])
         metric("unbroken_resumes_total", "counter", "Downstream resumes (Last-Event-ID, "
                "?after=, re-attach).", [f"unbroken_resumes_total {self.resumes}"])
+        metric("unbroken_upstream_resumes_total", "counter", "Upstream requests that continued "
+               "a stream (Responses starting_after).",
+               [f"unbroken_upstream_resumes_total {self.upstream_resumes}"])
         metric("unbroken_idempotent_attaches_total", "counter",
                "Requests with a known Idempotency-Key attached to their stream.",
                [f"unbroken_idempotent_attaches_total {self.idempotent_attaches}"])
