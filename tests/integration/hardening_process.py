@@ -7,6 +7,7 @@ ended), and waits for ``/healthz``. ``kill()`` is SIGKILL, ``terminate()`` SIGTE
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -88,8 +89,6 @@ class ProxyProcess:
 
 def log_records(log: Path) -> list[dict[str, Any]]:
     """The logfmt lines of a log file as dicts (values unquoted)."""
-    import json
-
     records = []
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         if not line.startswith("ts="):
