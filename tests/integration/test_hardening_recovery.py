@@ -132,20 +132,28 @@ def test_sigkill_with_a_live_stream_of_every_dialect_keeps_all_their_frames(
         CALLS[d].path.partition("?")[0]: 1 for d in DIALECTS}
 
 
-def test_background_stream_resumed_by_its_owner_after_sigkill_completes(
+def test_background_streams_resumed_by_their_owner_after_sigkill_complete(
     tmp_path: Path, mock_server: str
 ) -> None:
     store, log = tmp_path / "journal.db", tmp_path / "proxy.log"
     call = CALLS["openai-responses"]
     scenario = "seed=22; tokens=10; stall_after=8; stall_s=30"
+    other_scenario = "seed=24; tokens=10; stall_after=6; stall_s=30"
     body = {"model": "m", "stream": True, "input": "hi", "background": True}
     first = ProxyProcess.start(mock_server, store, log, *LEASE)
     try:
-        with httpx2.stream("POST", first.base_url + call.path, json=body, timeout=10,
-                           headers=call.headers(scenario)) as response:
+        with ExitStack() as stack:
+            response = stack.enter_context(httpx2.stream(
+                "POST", first.base_url + call.path, json=body, timeout=10,
+                headers=call.headers(scenario)))
             stream_id = response.headers["unbroken-stream-id"]
             token = response.headers["unbroken-stream-token"]
             before = FrameReader(response, "openai-responses").take(8)
+            other = stack.enter_context(httpx2.stream(
+                "POST", first.base_url + call.path, json=body, timeout=10,
+                headers=call.headers(other_scenario)))
+            other_id = other.headers["unbroken-stream-id"]
+            other_before = FrameReader(other, "openai-responses").take(6)
             first.kill()
     finally:
         first.kill()
@@ -161,7 +169,7 @@ def test_background_stream_resumed_by_its_owner_after_sigkill_completes(
         read = frames_of("openai-responses", by_token.content)
         assert [e.block_id for e in read] == [f"{stream_id}:{n}" for n in range(1, 9)] + [None]
         assert read[-1].event == "error" and '"code":"proxy_restarted"' in read[-1].data
-        assert mock_counts(mock_server)["generations"] == {"/v1/responses": 1}
+        assert mock_counts(mock_server)["generations"] == {"/v1/responses": 2}
         assert "resumes" not in mock_counts(mock_server) or not mock_counts(
             mock_server)["resumes"]
 
@@ -185,15 +193,26 @@ def test_background_stream_resumed_by_its_owner_after_sigkill_completes(
             "completed", reply_text(22, 10), total
         )
         assert status["upstream_requests"] == 2
+
+        # The other one's owner resumes on the events endpoint (any dialect as SSE).
+        _status_when_settled(second.base_url, other_id)
+        resumed = httpx2.get(f"{second.base_url}/v1/streams/{other_id}/events", timeout=10,
+                             headers=AUTH | {"Last-Event-ID": f"{other_id}:6"})
+        rest = frames_of("openai-responses", resumed.content)
+        assert [e.id for e in rest] == [f"{other_id}:{n}" for n in range(7, total + 1)]
+        joined = message_of("openai-responses",
+                            b"".join(e.raw for e in other_before) + resumed.content)
+        assert (joined.status, joined.text) == (Status.COMPLETED, reply_text(24, 10))
+
         metrics = httpx2.get(second.base_url + "/metrics").text.splitlines()
-        assert "unbroken_upstream_resumes_total 1" in metrics
-        assert "unbroken_resumes_total 1" in metrics
-        assert "unbroken_streams_started_total 0" in metrics  # no new stream: the same one
+        assert "unbroken_upstream_resumes_total 2" in metrics
+        assert "unbroken_resumes_total 2" in metrics
+        assert "unbroken_streams_started_total 0" in metrics  # no new stream: the same ones
     assert mock_counts(mock_server) == {
-        "generations": {"/v1/responses": 1}, "resumes": {"/v1/responses": 1}
+        "generations": {"/v1/responses": 2}, "resumes": {"/v1/responses": 2}
     }
     attached = [r for r in log_records(log) if r.get("event") == "stream.reattach"]
-    assert [(r["stream_id"], r["seq"]) for r in attached] == [(stream_id, "8")]
+    assert [(r["stream_id"], r["seq"]) for r in attached] == [(stream_id, "8"), (other_id, "6")]
 
 
 def test_a_reader_right_after_the_restart_waits_for_the_lease_and_gets_the_end(
