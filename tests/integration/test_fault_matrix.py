@@ -15,8 +15,9 @@ Upstream faults, in frames of the mock's layout: a drop before the first frame (
 Responses stream then has no id to resume by), after the first frame, in the middle of the text,
 before the last frame; a drop inside a text frame (after its first byte of a multi-byte
 character); a short stall; an error event in place of a middle text frame. The client hangs up
-after its first frame, its middle one, or before its last one. One proxy per dialect serves all
-21 of its cases; the mock's counters are reset per case.
+after its first frame, its middle one, or before its last one, while the upstream is still
+sending (5 ms between frames), so the resume joins the live tail. One proxy per dialect serves
+all 21 of its cases; the mock's counters are reset per case.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from unbroken.mock import reply_text
 pytestmark = pytest.mark.integration
 
 TOKENS = 6
+DELAY_MS = 5  # between frames: the client hangs up while the stream is still live
 FAULTS = ("drop_at_start", "drop_first", "drop_middle", "drop_last", "drop_inside", "stall",
           "error_event")
 DISCONNECTS = ("first", "middle", "last")
@@ -65,7 +67,7 @@ def _scenario(call: Call, fault: str, seed: int) -> tuple[str, int]:
     """The mock scenario of a fault, and the frame number the fault is placed at."""
     total = call.total(TOKENS)
     middle = call.first_text + TOKENS // 2 - 1  # a text frame in the middle of the text
-    base = f"seed={seed}; tokens={TOKENS}"
+    base = f"seed={seed}; tokens={TOKENS}; delay_ms={DELAY_MS}"
     placed = {
         "drop_at_start": ("drop_after=0", 0),
         "drop_first": ("drop_after=1", 1),
