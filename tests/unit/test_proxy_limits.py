@@ -76,6 +76,9 @@ async def test_idempotency_hashes_and_pending_keys() -> None:
     assert key != idempotency_hash({"idempotency-key": "order-1"}, secret_hash("sk-2"))
     assert idempotency_hash({"idempotency-key": "order-1"}, None) is None
     assert idempotency_hash({}, credential) is None
+    long_a, long_b = "k" * 300 + "a", "k" * 300 + "b"  # the whole key counts
+    assert idempotency_hash({"idempotency-key": long_a}, credential) != idempotency_hash(
+        {"idempotency-key": long_b}, credential)
     # The same JSON in another key order and spacing is the same request.
     assert request_hash("/v1/x", b'{"a": 1, "b": [1, 2]}') == request_hash(
         "/v1/x", b'{"b":[1,2],"a":1}')

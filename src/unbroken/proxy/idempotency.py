@@ -25,7 +25,6 @@ from .access import secret_hash
 __all__ = ["IDEMPOTENCY_HEADER", "PendingKeys", "idempotency_hash", "request_hash"]
 
 IDEMPOTENCY_HEADER = "idempotency-key"
-MAX_KEY_LENGTH = 255
 
 
 def idempotency_hash(headers: Mapping[str, str], credential_hash: str | None) -> str | None:
@@ -33,7 +32,7 @@ def idempotency_hash(headers: Mapping[str, str], credential_hash: str | None) ->
     key = headers.get(IDEMPOTENCY_HEADER, "").strip()
     if not key or credential_hash is None:
         return None
-    return secret_hash(f"idempotency\x00{credential_hash}\x00{key[:MAX_KEY_LENGTH]}")
+    return secret_hash(f"idempotency\x00{credential_hash}\x00{key}")
 
 
 def request_hash(path: str, body: bytes) -> str:
