@@ -54,7 +54,7 @@ def _run_mock(arguments: argparse.Namespace) -> int:
     args = list(arguments.args)
     if "-h" not in args and "--help" not in args:
         ensure_port_free(*_host_port(args, 8100))
-    return mock_main(args)
+    return mock_main(args, prog="unbroken mock")
 
 
 def _run_proxy(arguments: argparse.Namespace) -> int:

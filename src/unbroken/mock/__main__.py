@@ -11,9 +11,9 @@ from .server import serve
 __all__ = ["main"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m unbroken.mock") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m unbroken.mock",
+        prog=prog,
         description="A fake LLM upstream (OpenAI, Anthropic, Gemini, Ollama) with faults.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
