@@ -306,3 +306,31 @@ def test_an_upstream_that_compresses_anyway_is_decoded() -> None:
         assert [frame.data for frame in frames][-1] == "[DONE]"
         status = stream_status(proxy, response.headers["unbroken-stream-id"])
         assert (status["status"], status["text"], status["last_seq"]) == ("completed", "hé" * 3, 5)
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_event_source_gets_204_for_a_purged_stream(
+    tmp_path: Path, mock_server: str, store: str
+) -> None:
+    call = CALLS["openai-chat"]
+    url_store = "memory://" if store == "memory" else f"sqlite:///{tmp_path / 'j.db'}"
+    with running_proxy(mock_server, retention=0.3, expire_every=0.1, store=url_store) as (
+        proxy,
+        app,
+    ):
+        created = httpx2.post(proxy + call.path, json=call.body, headers=call.headers("tokens=2"))
+        stream_id = created.headers["unbroken-stream-id"]
+        token = created.headers["unbroken-stream-token"]
+        deadline = time.monotonic() + 10
+        while asyncio.run(app.journal.get(stream_id)) is not None:  # purged, not only expired
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        events = f"{proxy}/v1/streams/{stream_id}/events"
+        source = {"accept": "text/event-stream"}
+        # The owner's EventSource (token or credential) is told to stop; anyone else: 404.
+        assert httpx2.get(f"{events}?token={token}", headers=source).status_code == 204
+        assert httpx2.get(events, headers={**source, **AUTH}).status_code == 204
+        assert httpx2.get(f"{events}?token=wrong", headers=source).status_code == 404
+        assert httpx2.get(f"{events}?token={token}").status_code == 404  # not an EventSource
+        unknown = f"{proxy}/v1/streams/ub_{'0' * 24}/events?token={token}"
+        assert httpx2.get(unknown, headers=source).status_code == 404

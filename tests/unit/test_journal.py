@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -206,6 +207,17 @@ async def test_expire_keeps_live_and_recent_streams(journal: Journal) -> None:
     assert await journal.read_after("old", 0, 10) == []
     assert await journal.get("live") is not None
     assert await journal.get("new") is not None
+    # A purged stream leaves a tombstone naming who may read it, until a later purge.
+    tomb = await journal.tombstone("old")
+    assert tomb is not None
+    assert (tomb.stream_id, tomb.token_hash) == ("old", meta("old", 10.0).token_hash)
+    assert tomb.credential_hash == meta("old", 10.0).credential_hash
+    assert await journal.tombstone("new") is None
+    assert await journal.expire(100.0) == 0
+    assert await journal.tombstone("old") is not None  # kept one more retention period
+    assert await journal.expire(time.time() + 60) == 1  # "new" goes; the old tombstone too
+    assert await journal.tombstone("old") is None
+    assert await journal.tombstone("new") is not None
 
 
 @pytest.mark.anyio

@@ -14,7 +14,7 @@ import re
 import secrets
 from collections.abc import Mapping
 
-from .journal import StreamMeta
+from .journal import StreamMeta, Tombstone
 
 __all__ = [
     "CREDENTIAL_HEADERS",
@@ -70,7 +70,9 @@ def presented_secrets(headers: Mapping[str, str], query: Mapping[str, str]) -> l
     return found
 
 
-def may_read(meta: StreamMeta, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+def may_read(
+    meta: StreamMeta | Tombstone, headers: Mapping[str, str], query: Mapping[str, str]
+) -> bool:
     """True if a presented secret is the stream's token or the credential that created it."""
     allowed = [meta.token_hash]
     if meta.credential_hash is not None:

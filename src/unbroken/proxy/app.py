@@ -174,7 +174,15 @@ class ProxyApp:
         stream_id = request.path_params["stream_id"]
         eventsource = "text/event-stream" in request.headers.get("accept", "")
         record = await self.journal.get(stream_id, with_text=False)
-        if record is None or not may_read(record.meta, request.headers, request.query_params):
+        if record is None:
+            # Purged after its retention: its owner's EventSource is told to stop (204).
+            tomb = await self.journal.tombstone(stream_id)
+            if eventsource and tomb is not None and may_read(
+                tomb, request.headers, request.query_params
+            ):
+                return Response(status_code=204)
+            return not_found()
+        if not may_read(record.meta, request.headers, request.query_params):
             return not_found()
         record = await self._settled(stream_id, with_text=False, wait=True) or record
         if self._expired(record):

@@ -14,6 +14,7 @@ from .base import (
     StreamMeta,
     StreamRecord,
     StreamState,
+    Tombstone,
 )
 from .live import LiveTail
 from .memory import MemoryJournal
@@ -30,6 +31,7 @@ __all__ = [
     "StreamMeta",
     "StreamRecord",
     "StreamState",
+    "Tombstone",
     "journal_for",
 ]
 

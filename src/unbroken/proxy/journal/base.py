@@ -34,6 +34,7 @@ __all__ = [
     "StreamMeta",
     "StreamRecord",
     "StreamState",
+    "Tombstone",
 ]
 
 FOLLOW_BATCH = 512
@@ -70,6 +71,16 @@ class JournalObserver(Protocol):
                state: StreamState) -> None: ...
 
     def committed(self, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tombstone:
+    """What is kept of a purged stream for one more retention period: who may read it, so that
+    its owner's EventSource gets 204 (stop reconnecting) instead of 404."""
+
+    stream_id: str
+    token_hash: str
+    credential_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,8 +287,15 @@ class Journal(ABC):
         return self._tails.get(stream_id)
 
     async def expire(self, older_than: float) -> int:
-        """Delete streams not updated since ``older_than`` (never a live one); return how many."""
+        """Delete streams not updated since ``older_than`` (never a live one); return how many.
+
+        Each leaves a ``Tombstone``, itself purged by the next ``expire`` one retention later
+        (tombstones older than ``older_than``)."""
         return await self._purge(older_than, frozenset(self._tails))
+
+    @abstractmethod
+    async def tombstone(self, stream_id: str) -> Tombstone | None:
+        """The tombstone of a purged stream, or ``None``."""
 
     def release(self, stream_id: str) -> None:
         """End a live tail whose producer stopped without its final append (a failed commit):

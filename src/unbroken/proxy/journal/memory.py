@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ...finish import END_STATES
-from .base import FrameRecord, Journal, Lease, StreamMeta, StreamRecord, StreamState
+from .base import (
+    FrameRecord,
+    Journal,
+    Lease,
+    StreamMeta,
+    StreamRecord,
+    StreamState,
+    Tombstone,
+)
 
 __all__ = ["MemoryJournal"]
 
@@ -27,6 +36,7 @@ class MemoryJournal(Journal):
     def __init__(self, *, tail_frames: int = 256) -> None:
         super().__init__(tail_frames=tail_frames)
         self._streams: dict[str, _Stored] = {}
+        self._tombstones: dict[str, tuple[Tombstone, float]] = {}
 
     async def _create(self, meta: StreamMeta, state: StreamState, lease: Lease | None) -> None:
         if meta.stream_id in self._streams:
@@ -75,9 +85,20 @@ class MemoryJournal(Journal):
             for stream_id, stored in self._streams.items()
             if stored.state.updated < older_than and stream_id not in keep
         ]
+        now = time.time()
+        self._tombstones = {k: v for k, v in self._tombstones.items() if v[1] >= older_than}
         for stream_id in gone:
-            del self._streams[stream_id]
+            meta = self._streams.pop(stream_id).meta
+            self._tombstones[stream_id] = (
+                Tombstone(stream_id=stream_id, token_hash=meta.token_hash,
+                          credential_hash=meta.credential_hash),
+                now,
+            )
         return len(gone)
+
+    async def tombstone(self, stream_id: str) -> Tombstone | None:
+        kept = self._tombstones.get(stream_id)
+        return None if kept is None else kept[0]
 
     async def unfinished(self) -> list[str]:
         return [

@@ -31,7 +31,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ...finish import END_STATES
-from .base import FrameRecord, Journal, Lease, StreamMeta, StreamRecord, StreamState
+from .base import (
+    FrameRecord,
+    Journal,
+    Lease,
+    StreamMeta,
+    StreamRecord,
+    StreamState,
+    Tombstone,
+)
 from .sqlite_schema import (
     INSERT_FRAMES,
     SCHEMA_VERSION,
@@ -280,12 +288,34 @@ class SQLiteJournal(Journal):
                 "SELECT stream_id FROM streams WHERE updated < ?", (older_than,)
             ).fetchall()
             gone = [(stream_id,) for (stream_id,) in old if stream_id not in keep]
+            conn.execute("DELETE FROM tombstones WHERE expired_at < ?", (older_than,))
+            conn.executemany(
+                "INSERT OR REPLACE INTO tombstones (stream_id, token_hash, credential_hash, "
+                "expired_at) SELECT stream_id, token_hash, credential_hash, ? FROM streams "
+                "WHERE stream_id = ?",
+                [(now, stream_id) for (stream_id,) in gone],
+            )
             conn.executemany("DELETE FROM frames WHERE stream_id = ?", gone)
             conn.executemany("DELETE FROM streams WHERE stream_id = ?", gone)
             return len(gone)
 
+        now = time.time()
+
         result: int = await self._write(write)
         return result
+
+    async def tombstone(self, stream_id: str) -> Tombstone | None:
+        def read(conn: sqlite3.Connection) -> Tombstone | None:
+            row = conn.execute(
+                "SELECT token_hash, credential_hash FROM tombstones WHERE stream_id = ?",
+                (stream_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            return Tombstone(stream_id=stream_id, token_hash=row[0], credential_hash=row[1])
+
+        found: Tombstone | None = self._read(read)
+        return found
 
     async def unfinished(self) -> list[str]:
         ended = tuple(status.value for status in END_STATES)

@@ -66,6 +66,13 @@ CREATE INDEX IF NOT EXISTS streams_idempotency ON streams (idempotency_hash)
     WHERE idempotency_hash IS NOT NULL;
 CREATE INDEX IF NOT EXISTS streams_live_leases ON streams (lease_owner)
     WHERE status IN ('pending', 'streaming');
+-- purged streams, kept one more retention period: an owner's EventSource gets 204, not 404
+CREATE TABLE IF NOT EXISTS tombstones (
+    stream_id TEXT PRIMARY KEY,
+    token_hash TEXT NOT NULL,
+    credential_hash TEXT,
+    expired_at REAL NOT NULL
+) WITHOUT ROWID;
 """
 UPGRADE_FROM_1: Final = (
     "ALTER TABLE streams ADD COLUMN idempotency_hash TEXT",
