@@ -89,10 +89,10 @@ def count(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-def finish(table: FinishTable, raw: str, seq: int) -> Finish:
+def finish(table: FinishTable, raw: str, seq: int, *, final: bool = True) -> Finish:
     """A ``Finish`` from a dialect's table; an unknown raw reason is kept and maps to UNMAPPED."""
     status, reason = table.get(raw, UNMAPPED)
-    return Finish(seq=seq, status=status, reason=reason, raw=raw)
+    return Finish(seq=seq, status=status, reason=reason, raw=raw, final=final)
 
 
 def error_event(seq: int, type_: str, message: Any, retryable: bool, raw: Any) -> ErrorEvent:

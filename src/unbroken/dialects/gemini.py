@@ -3,7 +3,9 @@
 Each SSE event (no ``event:`` name) holds one ``GenerateContentResponse``: ``candidates`` with
 ``content.parts`` and a ``finishReason`` on the last chunk, ``usageMetadata``, and
 ``promptFeedback.blockReason`` when the prompt itself was blocked (then there are no candidates).
-There is no end sentinel: the finish reason is the only sign of a complete answer. Function calls
+There is no end sentinel: the finish reason is the only sign of a complete answer, and some models
+put ``finishReason: STOP`` on every chunk, so every finish reason here is provisional
+(``Finish.final=False``): content may still follow it, and the last one stands. Function calls
 arrive whole (``functionCall.args`` is an object), never as argument fragments. Without
 ``alt=sse`` the body is one JSON array, which this dialect refuses with a clear ``PayloadError``.
 """
@@ -11,7 +13,6 @@ arrive whole (``functionCall.args`` is an object), never as argument fragments. 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any, Final
 
 from ..events import (
@@ -140,9 +141,7 @@ class GeminiDialect(SSEDialect):
         for key, handler in self._fields.items():
             if key in payload:
                 handler(payload, seq, out, end)
-        # No end sentinel, and some models put finishReason on every chunk: each finish reason
-        # is provisional, and the last one stands (design: "a finish reason decides").
-        out += [replace(e, final=False) if e.__class__ is Finish else e for e in end]
+        out += end
         return out if out else [UnknownEvent(seq=seq, type="response", raw=payload)]
 
     def _candidates(self, payload: Any, seq: int, out: list[Event], end: list[Event]) -> None:
@@ -167,9 +166,11 @@ class GeminiDialect(SSEDialect):
             if isinstance(reason, str) and reason:
                 if reason == "STOP" and self._calls:
                     status, normalized = STOP_WITH_FUNCTION_CALL
-                    end.append(Finish(seq=seq, status=status, reason=normalized, raw=reason))
+                    end.append(
+                        Finish(seq=seq, status=status, reason=normalized, raw=reason, final=False)
+                    )
                 else:
-                    end.append(finish(FINISH_REASONS, reason, seq))
+                    end.append(finish(FINISH_REASONS, reason, seq, final=False))
 
     def _usage(self, payload: Any, seq: int, out: list[Event], end: list[Event]) -> None:
         usage = payload["usageMetadata"]
@@ -190,7 +191,7 @@ class GeminiDialect(SSEDialect):
         reason = (payload["promptFeedback"] or {}).get("blockReason")
         if isinstance(reason, str) and reason:
             status, normalized = BLOCKED_PROMPT
-            end.append(Finish(seq=seq, status=status, reason=normalized, raw=reason))
+            end.append(Finish(seq=seq, status=status, reason=normalized, raw=reason, final=False))
 
     def _error(self, payload: Any, seq: int, out: list[Event], end: list[Event]) -> None:
         error = payload["error"]
