@@ -1,7 +1,8 @@
 """``python -m unbroken.proxy --host 127.0.0.1 --port 8000 --upstream ORIGIN --store URL``.
 
 ``main(argv)`` parses the flags and serves the proxy under uvicorn until interrupted; the
-``unbroken proxy`` command calls the same function.
+``unbroken proxy`` command calls the same function. ``--cors-origin ORIGIN`` (repeatable) lets
+pages of that web origin call the proxy from a browser; without it there are no CORS headers.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from .app import create_app
-from .config import DEFAULT_ORIGINS, PROVIDERS, ProxyConfig, parse_duration
+from .config import DEFAULT_ORIGINS, PROVIDERS, ProxyConfig, cors_origin, parse_duration
 from .shutdown import serve
 
 __all__ = ["build_parser", "config_from_args", "main"]
@@ -35,6 +36,13 @@ def _size(text: str) -> int:
     if match is None or int(match.group(1)) < 1:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 1048576, 512k, 32m)")
     return int(match.group(1)) * _UNIT_BYTES[match.group(2).lower()]
+
+
+def _cors_origin(text: str) -> str:
+    try:
+        return cors_origin(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _count(text: str) -> int:
@@ -79,6 +87,10 @@ def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
                         help="a producer lease lasts this long unless renewed (default 15s)")
     parser.add_argument("--lease-renew", type=_duration, default=5.0, metavar="SECONDS",
                         help="renew this process's leases this often (default 5s)")
+    parser.add_argument("--cors-origin", type=_cors_origin, action="append", default=[],
+                        metavar="ORIGIN", dest="cors_origins",
+                        help="let browser pages of this origin (scheme://host[:port], or *) "
+                             "call the proxy; repeatable (default: none, same origin only)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"))
     return parser
@@ -103,6 +115,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         shutdown_grace=args.shutdown_grace,
         lease_ttl=args.lease_ttl,
         lease_renew=args.lease_renew,
+        cors_origins=tuple(args.cors_origins),
         **({} if args.max_event_size is None else {"max_event_size": args.max_event_size}),
     )
 

@@ -31,6 +31,8 @@ from dataclasses import replace
 
 import httpx2
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -311,8 +313,14 @@ def _unjournaled_end(record: StreamRecord, downstream: Downstream) -> bytes | No
 
 
 def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = None) -> Starlette:
-    """The proxy as an ASGI app; ``journal`` overrides the one ``config.store`` names."""
+    """The proxy as an ASGI app; ``journal`` overrides the one ``config.store`` names.
+
+    With ``config.cors_origins``, Starlette's ``CORSMiddleware`` answers preflights (they never
+    reach a route, so nothing goes upstream) and adds CORS headers to every response for those
+    origins, the 204 that stops an ``EventSource`` and the 404s included.
+    """
     proxy = ProxyApp(config or ProxyConfig(), journal)
+    config = proxy.config
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/metrics", proxy.metrics_text, methods=["GET"]),
@@ -322,6 +330,22 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
         Route("/{path:path}", proxy.forward,
               methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
     ]
-    app = Starlette(routes=routes, lifespan=proxy.lifespan)
+    middleware = []
+    if config.cors_origins:
+        middleware.append(Middleware(
+            CORSMiddleware,
+            allow_origins=config.cors_origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            # Mirrors the headers a preflight asks for: the credentials (authorization,
+            # x-api-key, x-goog-api-key), last-event-id, idempotency-key, unbroken-*, and the
+            # SDKs' own (anthropic-version, x-stainless-*, ...), which are passed upstream.
+            allow_headers=["*"],
+            expose_headers=["Unbroken-Stream-Id", "Unbroken-Stream-Token"],
+            # A reader is authorized by a header or ?token=, never a cookie; without
+            # credentials a page cannot ride on a user's ambient session, and "*" stays valid.
+            allow_credentials=False,
+            max_age=600,
+        ))
+    app = Starlette(routes=routes, lifespan=proxy.lifespan, middleware=middleware)
     app.state.proxy = proxy
     return app

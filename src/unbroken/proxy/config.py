@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from ..framing import DEFAULT_MAX_EVENT_SIZE
 
-__all__ = ["DEFAULT_ORIGINS", "PROVIDERS", "ProxyConfig", "parse_duration"]
+__all__ = ["DEFAULT_ORIGINS", "PROVIDERS", "ProxyConfig", "cors_origin", "parse_duration"]
 
 PROVIDERS = ("openai", "anthropic", "gemini", "ollama")
 DEFAULT_ORIGINS = {
@@ -21,6 +21,8 @@ DEFAULT_ORIGINS = {
 }
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
 _UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def parse_duration(text: str) -> float:
@@ -38,6 +40,35 @@ def _origin(name: str, value: str) -> str:
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(f"{name}: an origin has no path, query or fragment: {value!r}")
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def cors_origin(value: str) -> str:
+    """``value`` if it is ``*`` or an origin exactly as a browser sends it in ``Origin``
+    (``scheme://host[:port]``, lower case, no default port, no path); ``ValueError`` otherwise.
+
+    The CORS check compares strings, so a form a browser never sends (``http://app:3000/``,
+    ``HTTP://App``, ``https://app:443``) would silently never match: it is refused instead.
+    """
+    if value == "*":
+        return value
+    problem = f"a CORS origin is * or scheme://host[:port] with no path, not {value!r}"
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise ValueError(problem) from None
+    if not _SCHEME.fullmatch(parts.scheme) or not parts.hostname or "*" in value:
+        raise ValueError(problem)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(problem)
+    default = _DEFAULT_PORTS.get(parts.scheme)
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    canonical = f"{parts.scheme}://{host}" + ("" if port in (None, default) else f":{port}")
+    if parts.path not in ("", "/") or "?" in value or "#" in value:
+        raise ValueError(problem)
+    if value != canonical:
+        raise ValueError(f"{problem}; browsers send {canonical!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,10 +110,23 @@ class ProxyConfig:
     shutdown_grace: float = 5.0
     lease_ttl: float = 15.0
     lease_renew: float = 5.0
+    cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for provider in PROVIDERS:
             object.__setattr__(self, provider, _origin(provider, getattr(self, provider)))
+        given: object = self.cors_origins  # a caller may pass a list, or one string by mistake
+        if isinstance(given, str) or not isinstance(given, tuple | list):
+            raise ValueError(f"cors_origins is a tuple of origins, not {given!r}")
+        origins = tuple(given)
+        for origin in origins:
+            if not isinstance(origin, str):
+                raise ValueError(f"cors_origins holds strings, not {origin!r}")
+            try:
+                cors_origin(origin)
+            except ValueError as error:
+                raise ValueError(f"cors_origins: {error}") from None
+        object.__setattr__(self, "cors_origins", origins)
         if self.on_disconnect not in ("keep", "cancel"):
             raise ValueError(f"on_disconnect must be keep or cancel, not {self.on_disconnect!r}")
         for name in ("retention", "expire_every", "keepalive", "connect_timeout",
