@@ -12,6 +12,10 @@ from collections.abc import Iterator
 
 import httpx2
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 from tests.integration.test_proxy_support import CALLS, KEY, mock_counts, running_proxy
 from tests.servers import serve_in_thread
 
@@ -122,6 +126,29 @@ def test_preflights_are_answered_by_the_proxy_not_upstream(mock: str) -> None:
         put = preflight(proxy + "/v1/files", APP, "PUT", "authorization")
         assert (put.status_code, put.text) == (400, "Disallowed CORS method")
     assert mock_counts(mock) == {"generations": {}, "resumes": {}}
+
+
+@pytest.mark.integration
+def test_no_request_of_any_method_reaches_upstream_for_a_preflight() -> None:
+    # The mock counts generations only; this upstream counts every request it gets.
+    seen: list[str] = []
+
+    async def record(request: Request) -> Response:
+        seen.append(f"{request.method} {request.url.path}")
+        return Response(status_code=204)
+
+    upstream = Starlette(routes=[Route("/{path:path}", record, methods=["OPTIONS", "POST"])])
+    with serve_in_thread(upstream) as origin, running_proxy(origin, cors_origins=(APP,)) as (
+        proxy, _app,
+    ):
+        for path in (CHAT.path, "/v1/models", "/v1/messages"):
+            assert preflight(proxy + path, APP, "POST", "authorization").status_code == 200
+            assert preflight(proxy + path, OTHER_APP, "POST", "authorization").status_code == 400
+        assert seen == []
+        # An OPTIONS that is not a preflight (no Access-Control-Request-Method) is forwarded.
+        plain = httpx2.options(proxy + "/v1/models", headers={"origin": APP}, timeout=10)
+        assert (plain.status_code, plain.headers["access-control-allow-origin"]) == (204, APP)
+        assert seen == ["OPTIONS /v1/models"]
 
 
 @pytest.mark.integration
