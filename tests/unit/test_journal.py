@@ -20,6 +20,7 @@ from unbroken.proxy.journal import (
     StreamState,
     journal_for,
 )
+from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -242,7 +243,7 @@ async def test_sqlite_survives_reopen(tmp_path: Path) -> None:
         await second.close()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     conn.close()
 
 

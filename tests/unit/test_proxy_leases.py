@@ -20,6 +20,7 @@ from unbroken.proxy.journal import (
     StreamMeta,
     StreamState,
 )
+from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION
 from unbroken.proxy.lease import REATTACHABLE, LeaseKeeper, Recovery, reattachable
 
 
@@ -188,5 +189,79 @@ async def test_a_schema_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
     finally:
         await journal.close()
     conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    conn.close()
+
+
+_SCHEMA_2_FRAMES = """
+CREATE TABLE frames (stream_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT,
+ data BLOB NOT NULL, text TEXT, PRIMARY KEY (stream_id, seq)) WITHOUT ROWID;
+INSERT INTO frames VALUES ('s', 2, 'delta', X'7B2262223A317D', ' there');
+INSERT INTO frames VALUES ('s', 1, NULL, X'7B7D', 'hi');
+INSERT INTO frames VALUES ('t', 1, NULL, X'5B5D', NULL);
+"""
+
+
+def _schema_2_file(path: Path) -> None:
+    """A version 2 file: the version 1 streams table upgraded, frames clustered by stream."""
+    conn = sqlite3.connect(path)
+    conn.executescript(_SCHEMA_1.replace("PRAGMA user_version = 1;", "")
+                       .replace("CREATE TABLE frames", "CREATE TABLE old_frames")
+                       .replace("INSERT INTO frames", "INSERT INTO old_frames"))
+    conn.executescript("DROP TABLE old_frames;" + _SCHEMA_2_FRAMES)
+    for statement in (
+        "ALTER TABLE streams ADD COLUMN idempotency_hash TEXT",
+        "ALTER TABLE streams ADD COLUMN request_hash TEXT",
+        "ALTER TABLE streams ADD COLUMN background INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE streams ADD COLUMN lease_owner TEXT",
+        "ALTER TABLE streams ADD COLUMN lease_expires REAL",
+        "PRAGMA user_version = 2",
+    ):
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.anyio
+async def test_a_schema_2_file_keeps_its_frames_in_the_version_3_layout(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    _schema_2_file(path)
+    journal = SQLiteJournal(str(path))
+    await journal.open()
+    try:
+        record = await journal.get("s")
+        assert record is not None
+        assert (record.state.status, record.state.last_seq, record.text) == (
+            Status.COMPLETED, 2, "hi there")
+        assert await journal.read_after("s", 0, 10) == [
+            FrameRecord(1, None, b"{}", "hi"), FrameRecord(2, "delta", b'{"b":1}', " there")]
+        assert await journal.read_after("t", 0, 10) == [FrameRecord(1, None, b"[]", "")]
+    finally:
+        await journal.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    assert "frames_v2" not in tables and "frames_by_stream" in tables
+    # Arrival order of the copy: by stream, then seq.
+    assert conn.execute("SELECT stream_id, seq FROM frames ORDER BY id").fetchall() == [
+        ("s", 1), ("s", 2), ("t", 1)]
+    conn.close()
+
+
+@pytest.mark.anyio
+async def test_an_upgrade_that_fails_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "v2-blocked.db"
+    _schema_2_file(path)
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE frames_v2 (x)")  # the upgrade's rename target is taken
+    conn.commit()
+    conn.close()
+    journal = SQLiteJournal(str(path))
+    with pytest.raises(sqlite3.OperationalError, match="frames_v2"):
+        await journal.open()
+    conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    assert conn.execute("SELECT count(*) FROM frames").fetchone() == (3,)
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    assert "frames_by_stream" not in tables and "tombstones" not in tables
     conn.close()

@@ -10,15 +10,16 @@ thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop:
 checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
 their own connection; in WAL mode readers never block the writer, nor it them.
 
-Schema (``PRAGMA user_version`` = 2; a version 1 file gains the columns of 2 when opened; the
-DDL, the upgrade and the row mapping are in ``sqlite_schema.py``)::
+Schema (``PRAGMA user_version`` = 3; older files are upgraded in one transaction when opened;
+the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
 
     streams(stream_id PK, dialect, created, updated, status, finish_reason, raw_finish_reason,
             last_seq, usage JSON, error JSON, upstream_requests, provider_id, credential_hash,
             token_hash, media_type, request_path, response_headers JSON,
             idempotency_hash, request_hash, background,       -- version 2
             lease_owner, lease_expires)                       -- version 2
-    frames(stream_id, seq, event, data BLOB, text, PRIMARY KEY (stream_id, seq)) WITHOUT ROWID
+    frames(id INTEGER PRIMARY KEY, stream_id, seq, event, data BLOB, text)  -- arrival order
+    UNIQUE INDEX frames_by_stream ON frames (stream_id, seq)                  -- version 3
 """
 
 from __future__ import annotations

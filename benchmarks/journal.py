@@ -1,0 +1,125 @@
+"""The SQLite journal's frame layout: version 2 (clustered by stream) against version 3 (arrival
+order plus an index), side by side in one process, and the journal itself under group commit.
+
+A group commit of N live streams writes each stream's new frames. In the version 2 layout
+(``PRIMARY KEY (stream_id, seq) WITHOUT ROWID``) the rows themselves live in N places of the
+table, so a commit rewrites N full leaf pages (and their parents) into the WAL. In version 3
+the rows are appended at one end of a rowid table and only the small index entries live in N
+places. Both layouts get the same rows, the same pragmas (WAL, ``synchronous=NORMAL``) and the
+same statements; the figure is wall time per commit and per frame, and the ratio v2 / v3.
+
+    python benchmarks/journal.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+from unbroken.finish import Status
+from unbroken.proxy.journal import FrameRecord, SQLiteJournal, StreamMeta, StreamState
+
+DATA = (b'{"id":"chatcmpl-p","object":"chat.completion.chunk","created":0,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}')
+LAYOUTS = {
+    "v2 clustered": (
+        "CREATE TABLE frames (stream_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT, "
+        "data BLOB NOT NULL, text TEXT, PRIMARY KEY (stream_id, seq)) WITHOUT ROWID",
+        "INSERT INTO frames VALUES (?, ?, ?, ?, ?)",
+    ),
+    "v3 log+index": (
+        "CREATE TABLE frames (id INTEGER PRIMARY KEY, stream_id TEXT NOT NULL, "
+        "seq INTEGER NOT NULL, event TEXT, data BLOB NOT NULL, text TEXT); "
+        "CREATE UNIQUE INDEX frames_by_stream ON frames (stream_id, seq)",
+        "INSERT INTO frames (stream_id, seq, event, data, text) VALUES (?, ?, ?, ?, ?)",
+    ),
+}
+
+
+def layout_cost(directory: Path, name: str, streams: int, per: int, frames: int) -> float:
+    """Seconds per commit of ``streams`` x ``per`` frames, over about ``frames`` frames."""
+    schema, insert = LAYOUTS[name]
+    path = directory / f"{name.split()[0]}-{streams}-{per}.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.executescript(schema)
+    ids = [f"ub_{n:024x}" for n in range(streams)]
+    commits = max(1, frames // (streams * per))
+    spent = 0.0
+    for turn in range(commits):
+        rows = [(stream_id, turn * per + k, None, DATA, " token")
+                for stream_id in ids for k in range(per)]
+        started = time.perf_counter()
+        conn.execute("BEGIN")
+        conn.executemany(insert, rows)
+        conn.execute("COMMIT")
+        spent += time.perf_counter() - started
+        if turn % 200 == 199:  # as the journal's checkpointer does, off the clock
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return spent / commits
+
+
+async def journal_cost(path: str, streams: int, per: int, frames: int) -> float:
+    """CPU seconds (every thread of the process) per frame through ``SQLiteJournal``: every
+    stream submits ``per`` frames in one turn of the event loop, as the proxy's producers do;
+    the turn's submits share one group commit. CPU, not wall time: the commit window's wait
+    is idle time."""
+    journal = SQLiteJournal(path)
+    await journal.open()
+    try:
+        ids = [f"ub_{n:024x}" for n in range(streams)]
+        for stream_id in ids:
+            meta = StreamMeta(stream_id=stream_id, dialect="openai-chat", created=0.0,
+                              media_type="text/event-stream", token_hash="t",
+                              credential_hash="c", request_path="/v1/chat/completions")
+            await journal.create(meta, StreamState(status=Status.STREAMING, updated=time.time(),
+                                                   last_seq=0))
+        turns = max(1, frames // (streams * per))
+        started = time.process_time()
+        for turn in range(turns):
+            last = (turn + 1) * per
+            state = StreamState(status=Status.STREAMING, updated=time.time(), last_seq=last)
+            records = [FrameRecord(turn * per + k + 1, None, DATA, " token") for k in range(per)]
+            landed = [journal.submit(stream_id, records, state) for stream_id in ids]
+            await landed[-1]
+        return (time.process_time() - started) / (turns * streams * per)
+    finally:
+        await journal.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer frames (a smoke test)")
+    options = parser.parse_args()
+    frames = 6_000 if options.quick else 60_000
+    print(f"frames per case: {frames}; cpus={os.cpu_count()}; sqlite {sqlite3.sqlite_version}")
+    print(f"{'streams':>8}{'frames/stream':>15}{'layout':>15}{'us/commit':>11}{'us/frame':>10}"
+          f"{'v2/v3':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for streams in (20, 100):
+            for per in (1, 3):
+                costs = {name: layout_cost(Path(tmp), name, streams, per, frames)
+                         for name in LAYOUTS}
+                ratio = costs["v2 clustered"] / costs["v3 log+index"]
+                for name, cost in costs.items():
+                    print(f"{streams:>8}{per:>15}{name:>15}{cost * 1e6:>11.0f}"
+                          f"{cost * 1e6 / (streams * per):>10.1f}"
+                          f"{(f'{ratio:.2f}x' if name.startswith('v3') else ''):>8}")
+        print("\nSQLiteJournal (v3) under group commit, CPU us per frame, every thread (the checkpointer too)")
+        for streams in (20, 100):
+            for per in (1, 3):
+                path = str(Path(tmp) / f"journal-{streams}-{per}.db")
+                cost = asyncio.run(journal_cost(path, streams, per, frames))
+                print(f"   {streams:>4} streams x {per} frame(s) per commit: {cost * 1e6:6.1f}")
+
+
+if __name__ == "__main__":
+    main()
