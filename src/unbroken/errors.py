@@ -21,6 +21,11 @@ The hierarchy::
     └── Interrupted                  retries or resume exhausted; carries the partial ``message``
     LocalProtocolError               misuse of an object (data after EOF, reuse after an error)
 
+When a deadline, a final HTTP status or a wrong content type ends a stream short of its finish,
+the client raises an exception of two types, ``Interrupted`` and the cause's own (e.g.
+``Interrupted[IdleTimeout]``, made by ``interrupted_by``): code that catches ``Interrupted``
+for every interrupted stream and code that catches ``IdleTimeout`` both see it.
+
 ``LocalProtocolError`` is deliberately *not* a ``StreamError``: it reports a bug in the caller,
 never something about the stream, so it never lands in ``Message.error``.
 
@@ -211,3 +216,40 @@ class Interrupted(StreamError):
 
 class LocalProtocolError(Exception):
     """The caller misused an object: data after EOF, or input after a raised error."""
+
+
+# The errors a caller may want to catch by their own type when they end a stream.
+_OWN_TYPES = (StreamTimeout, UpstreamStatusError, ContentTypeError)
+_BOTH: dict[type[StreamError], type[Interrupted]] = {}
+
+
+def _init_both(self: Interrupted, detail: str, *, message: Any = None, **attributes: Any) -> None:
+    StreamError.__init__(self, detail)
+    vars(self).update(attributes)
+    self.message = message
+
+
+def interrupted_by(cause: StreamError | None, detail: str, *, message: Any) -> Interrupted:
+    """The ``Interrupted`` to raise for a stream that ``cause`` ended without a finish reason.
+
+    For a deadline, a final HTTP status or a wrong content type it is also an instance of the
+    cause's type, with the cause's attributes (``seconds``, ``status``, ``body`` ...); the
+    class, ``Interrupted[IdleTimeout]`` say, is made once and can be pickled by name.
+    """
+    if not isinstance(cause, _OWN_TYPES):
+        return Interrupted(detail, message=message)
+    kind = type(cause)
+    both = _BOTH.get(kind)
+    if both is None:
+        name = f"Interrupted[{kind.__name__}]"
+        made: Any = type(name, (Interrupted, kind), {
+            "__init__": _init_both,
+            "__module__": __name__,
+            "__qualname__": name,
+            "__doc__": f"An interrupted stream that {kind.__name__} ended.",
+        })
+        both = _BOTH[kind] = made
+        globals()[name] = made
+    attributes = {key: value for key, value in vars(cause).items()
+                  if key not in ("detail", "message")}
+    return both(detail, message=message, **attributes)

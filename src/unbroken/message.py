@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import (
@@ -48,17 +48,19 @@ __all__ = ["CONTIGUOUS_SOURCES", "Message", "ToolCall"]
 CONTIGUOUS_SOURCES = frozenset({"proxy", "provider", "position"})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A tool call assembled from its deltas. ``arguments`` is the exact JSON text received;
-    ``value`` is it parsed (``{}`` for empty arguments), or ``None`` until the call is complete
-    or when the text is not valid JSON (a ``tool_arguments`` warning says so)."""
+    """A tool call assembled from its deltas: ``ToolCall(id, name, arguments, value)``.
+    ``arguments`` is the exact JSON text received; ``value`` is it parsed (``{}`` for empty
+    arguments), or ``None`` until the call is complete or when the text is not valid JSON (a
+    ``tool_arguments`` warning says so). ``index`` is the provider's position for the call (a
+    content-block index for Anthropic); it orders the calls but is not part of their value."""
 
-    index: int
     id: str | None
     name: str | None
     arguments: str
     value: Any = None
+    index: int = field(default=0, compare=False, kw_only=True)
 
 
 class _ToolCallParts:

@@ -26,6 +26,7 @@ from unbroken.client import astream, stream
 from unbroken.errors import (
     ContentTypeError,
     DecodingError,
+    Interrupted,
     PayloadError,
     ProviderError,
     TransportError,
@@ -177,12 +178,15 @@ async def test_a_final_400_raises_upstream_status_error(
     mock: str, driver: str, dialect: str
 ) -> None:
     run = await run_stream(driver, LAYOUTS[dialect].url(mock), dialect=dialect, scenario="tokens=0")
+    # Interrupted, and of the cause's type (Interrupted[UpstreamStatusError]).
+    assert isinstance(run.error, Interrupted)
     assert isinstance(run.error, UpstreamStatusError)
     assert run.error.status == 400
     assert not run.error.retryable
     assert "bad scenario key 'tokens'" in run.error.body
     assert run.error.message is run.message
-    assert run.message.error is run.error
+    assert run.message.error is run.error.__cause__
+    assert type(run.message.error) is UpstreamStatusError
     assert run.message.text == ""
     assert run.message.closed
     assert run.message.status is Status.INTERRUPTED

@@ -240,11 +240,13 @@ async def test_pings_do_not_hold_off_the_idle_timeout(
         driver, layout.url(mock), dialect=dialect,
         scenario="tokens=10; pings=1; stall_after=5; stall_s=30", idle_timeout=idle,
     )
+    assert isinstance(run.error, Interrupted)
     assert isinstance(run.error, IdleTimeout)
     assert run.error.seconds == idle
     assert run.error.message is run.message
     assert run.message.status is Status.INTERRUPTED
-    assert run.message.error is run.error
+    assert run.message.error is run.error.__cause__
+    assert type(run.message.error) is IdleTimeout
     assert run.message.text == run.shown == layout.text_after(5, 10)
     assert run.connections == 1  # content was shown and there is no identity to resume
     assert mock_counts(mock) == {"generations": {generation_path(dialect): 1}, "resumes": {}}

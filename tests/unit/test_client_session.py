@@ -381,18 +381,24 @@ def test_cancel_ends_the_message_and_the_capture(tmp_path: Path) -> None:
     assert capture.connections[0].reads == [(0.1, chunk("a"))]
 
 
-def test_finish_raises_the_deadline_itself_with_the_message() -> None:
+def test_finish_raises_interrupted_that_is_also_the_deadline() -> None:
     s = session(deadlines=Deadlines(first_event=1.0), retry=Retry(attempts=1))
     s.next_request(0.0)
     s.on_response(200, SSE)
     with pytest.raises(FirstEventTimeout) as caught:
         s.check_deadlines(1.0)
     assert s.on_failure(caught.value, 1.0) is None
-    with pytest.raises(FirstEventTimeout) as raised:
+    with pytest.raises(Interrupted) as raised:
         s.finish(raise_on_error=True)
-    assert raised.value is caught.value
-    assert raised.value.message is s.message
+    error = raised.value
+    assert isinstance(error, FirstEventTimeout)  # `except FirstEventTimeout` catches it too
+    assert type(error).__name__ == "Interrupted[FirstEventTimeout]"
+    assert error.__cause__ is caught.value
+    assert (error.seconds, error.message) == (1.0, s.message)
+    assert str(error) == ("the stream ended without a finish reason (no content event within "
+                          "1.0 s); 0 characters of partial text kept")
     assert s.message.status is Status.INTERRUPTED
+    assert s.message.error is caught.value  # the message keeps the cause itself
 
 
 def test_an_error_is_a_stream_error() -> None:

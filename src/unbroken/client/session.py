@@ -18,11 +18,11 @@ from urllib.parse import urlsplit, urlunsplit
 from ..dialects import get_dialect
 from ..errors import (
     ContentTypeError,
-    Interrupted,
     ProviderError,
     StreamError,
     StreamTimeout,
     UpstreamStatusError,
+    interrupted_by,
 )
 from ..events import ErrorEvent, Event, MessageStart, ReasoningDelta, TextDelta, ToolCallDelta
 from ..finish import Status
@@ -298,11 +298,10 @@ class StreamSession:
         if not raise_on_error:
             return
         cause = message.error
-        if isinstance(cause, StreamTimeout | UpstreamStatusError | ContentTypeError):
-            cause.message = message
-            raise cause
         if message.status is Status.INTERRUPTED:
-            err = Interrupted(
+            # Also of the cause's type when a deadline or a final status ended it (errors.py).
+            err = interrupted_by(
+                cause,
                 "the stream ended without a finish reason"
                 + (f" ({cause})" if cause is not None else "")
                 + f"; {len(message.text)} characters of partial text kept",

@@ -27,12 +27,29 @@ _BLANK = b" \t\r\n"
 
 
 class JSONLine(NamedTuple):
-    """One parsed line: ``line`` is its 1-based line number, ``raw`` its bytes on the wire."""
+    """One parsed line: ``line`` is its 1-based line number, ``raw`` its bytes on the wire.
+
+    Lines compare (and hash) by ``value``, ``line`` and ``nbytes``, the contract's fields:
+    ``raw`` is evidence, not value.
+    """
 
     value: Any
     line: int
     nbytes: int
     raw: bytes = b""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return self[:3] == other[:3]
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return self[:3] != other[:3]
+
+    def __hash__(self) -> int:
+        return hash(self[:3])
 
 
 class NDJSONDecoder:

@@ -27,7 +27,11 @@ _LINES_LIMIT = 1 << 16
 
 
 class ServerSentEvent(NamedTuple):
-    """One dispatched event. ``raw`` is its block's bytes on the wire (BOM excluded)."""
+    """One dispatched event. ``raw`` is its block's bytes on the wire (BOM excluded).
+
+    Events compare (and hash) by the six fields of the contract, ``event`` to ``nbytes``:
+    ``raw`` is evidence, not value, so an event built from those six equals the decoded one.
+    """
 
     event: str = "message"
     data: str = ""
@@ -36,6 +40,19 @@ class ServerSentEvent(NamedTuple):
     retry: int | None = None
     nbytes: int = 0
     raw: bytes = b""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return self[:6] == other[:6]
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return self[:6] != other[:6]
+
+    def __hash__(self) -> int:
+        return hash(self[:6])
 
 
 # Builds an event from a ready tuple: the NamedTuple's own ``__new__`` is Python code, 4x slower.
