@@ -113,7 +113,8 @@ def main() -> None:
                     print(f"{streams:>8}{per:>15}{name:>15}{cost * 1e6:>11.0f}"
                           f"{cost * 1e6 / (streams * per):>10.1f}"
                           f"{(f'{ratio:.2f}x' if name.startswith('v3') else ''):>8}")
-        print("\nSQLiteJournal (v3) under group commit, CPU us per frame, every thread (the checkpointer too)")
+        print("\nSQLiteJournal (v3) under group commit, CPU us per frame, every thread "
+              "(the checkpointer too)")
         for streams in (20, 100):
             for per in (1, 3):
                 path = str(Path(tmp) / f"journal-{streams}-{per}.db")

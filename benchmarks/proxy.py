@@ -24,11 +24,10 @@ Latency is measured with one frame per upstream chunk (the worst case for any pr
 to batch) at two rates: half the pass-through's best, and a steady 2,000 frames/s. On a shared
 2-core machine every figure moves with whatever else runs; compare rows of one run.
 
-    python benchmarks/proxy.py [--quick] [--loop asyncio|uvloop] [--http h11|httptools]
+    python benchmarks/proxy.py [--quick] [--loop auto|asyncio|uvloop] [--http auto|h11|httptools]
 
-``--loop uvloop --http httptools`` (every server) needs uvloop and httptools importable; they are
-not project dependencies (e.g. ``pip install --target /tmp/extras uvloop httptools`` and run
-with ``PYTHONPATH=/tmp/extras``).
+The default ``auto`` is what ``unbroken proxy`` runs with: uvloop and httptools, which the
+``proxy`` extra installs, or asyncio and h11 without them.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -46,6 +46,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ import httpx2
 CHAT = "/v1/chat/completions"
 BODY = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
 AUTH = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
+SENT = re.compile(rb'"content":"(\d+)"')  # a paced frame's send time (monotonic ns)
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -61,35 +63,53 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 # -- servers (run as `python benchmarks/proxy.py serve KIND ...`) -----------------------------
 
 
-def paced_app() -> Any:
-    """openai-chat frames at ``rate`` per second, each with its send time as content."""
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import StreamingResponse
-    from starlette.routing import Route
+async def paced_server(port: int) -> None:
+    """openai-chat frames at ``x-rate`` per second, each with its send time as content.
 
-    head = '{"id":"chatcmpl-p","object":"chat.completion.chunk","created":0,"model":"m",'
+    A bare asyncio server, not an ASGI app: it stands for the provider, which runs on another
+    machine, so it should take as little of this 2-core machine's CPU as it can (an ASGI app
+    under uvicorn cost as much per frame as the pass-through it feeds, and the processes
+    preempting each other showed up as latency of whatever was measured). One HTTP/1.1 chunk
+    per frame, ``connection: close``.
+    """
+    head = (b'{"id":"chatcmpl-p","object":"chat.completion.chunk","created":0,"model":"m",'
+            b'"choices":[{"index":0,"delta":{"content":"%d"},"finish_reason":null}]}')
+    tail = (b'data: {"id":"chatcmpl-p","object":"chat.completion.chunk","created":0,"model":"m",'
+            b'"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
 
-    async def chat(request: Request) -> StreamingResponse:
-        await request.body()
-        frames = int(request.headers.get("x-frames", "100"))
-        rate = float(request.headers.get("x-rate", "100"))
+    def chunk(payload: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(payload), payload)
 
-        async def body() -> AsyncIterator[bytes]:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head_bytes = await reader.readuntil(b"\r\n\r\n")
+            headers = dict(
+                line.split(": ", 1)
+                for line in head_bytes.decode("latin-1").lower().split("\r\n")[1:] if ": " in line
+            )
+            await reader.readexactly(int(headers.get("content-length", "0")))
+            frames = int(headers.get("x-frames", "100"))
+            rate = float(headers.get("x-rate", "100"))
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                         b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
             start = time.monotonic()
             for index in range(frames):
                 delay = start + index / rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                content = str(time.monotonic_ns())
-                yield (f'data: {head}"choices":[{{"index":0,"delta":{{"content":"{content}"}},'
-                       '"finish_reason":null}]}\n\n').encode()
-            yield (f'data: {head}"choices":[{{"index":0,"delta":{{}},"finish_reason":"stop"}}]}}'
-                   "\n\ndata: [DONE]\n\n").encode()
+                writer.write(chunk(b"data: " + head % time.monotonic_ns() + b"\n\n"))
+                if writer.transport.get_write_buffer_size() > 2**16:
+                    await writer.drain()
+            writer.write(chunk(tail) + b"0\r\n\r\n")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
 
-        return StreamingResponse(body(), media_type="text/event-stream")
-
-    return Starlette(routes=[Route(CHAT, chat, methods=["POST"])])
+    server = await asyncio.start_server(answer, "127.0.0.1", port, backlog=512)
+    async with server:
+        await server.serve_forever()
 
 
 def passthrough_app(upstream: str) -> Any:
@@ -129,18 +149,24 @@ def serve(argv: list[str]) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", default="")
     parser.add_argument("--store", default="memory://")
-    parser.add_argument("--loop", default="asyncio")
-    parser.add_argument("--http", default="h11")
+    parser.add_argument("--loop", default="auto")
+    parser.add_argument("--http", default="auto")
     args = parser.parse_args(argv)
     import uvicorn
 
     app: Any
+    if args.kind == "paced":
+        if args.loop == "uvloop" or (args.loop == "auto" and find_spec("uvloop")):
+            import uvloop
+
+            uvloop.run(paced_server(args.port))
+        else:
+            asyncio.run(paced_server(args.port))
+        return
     if args.kind == "mock":
         from unbroken.mock import create_app
 
         app = create_app()
-    elif args.kind == "paced":
-        app = paced_app()
     elif args.kind == "passthrough":
         app = passthrough_app(args.upstream)
     else:
@@ -250,33 +276,38 @@ def best_rate(server: Server | None, base: str, tokens: int,
 # -- 2. latency ---------------------------------------------------------------------------------
 
 
-async def latencies_of(client: httpx2.AsyncClient, url: str, frames: int,
-                       rate: float) -> list[float]:
+async def latencies_of(base: str, frames: int, rate: float) -> list[float]:
+    """Per-frame latency (ms) of one stream, read from a bare socket: the load generator stands
+    for clients on other machines, so it spends as little CPU here as it can. The frames'
+    send times are found in the raw body (chunk-size lines never split a frame)."""
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write((f"POST {CHAT} HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer sk-bench\r\n"
+                  f"content-type: application/json\r\nx-frames: {frames}\r\nx-rate: {rate}\r\n"
+                  f"content-length: {len(BODY)}\r\nconnection: close\r\n\r\n{BODY}").encode())
     out: list[float] = []
     buffer = b""
-    headers = AUTH | {"x-frames": str(frames), "x-rate": str(rate)}
-    async with client.stream("POST", url, content=BODY, headers=headers) as response:
-        async for chunk in response.aiter_raw():
+    try:
+        while chunk := await reader.read(2**16):
             now = time.monotonic_ns()
             buffer += chunk
-            *events, buffer = buffer.split(b"\n\n")
-            for event in events:
-                at = event.find(b'"content":"')
-                if at >= 0:
-                    sent = int(event[at + 11: event.index(b'"', at + 11)])
-                    out.append((now - sent) / 1e6)
+            end = 0
+            for match in SENT.finditer(buffer):
+                out.append((now - int(match[1])) / 1e6)
+                end = match.end()
+            buffer = buffer[end:][-64:]  # what may be the start of the next send time
+    finally:
+        writer.close()
     if len(out) != frames:
-        raise RuntimeError(f"{url}: {len(out)} timed frames, expected {frames}")
+        raise RuntimeError(f"{base}: {len(out)} timed frames, expected {frames}")
     return out
 
 
 async def latency(base: str, streams: int, rate: float, seconds: float) -> list[float]:
     per_stream = rate / streams
     frames = max(10, int(per_stream * seconds))
-    async with httpx2.AsyncClient(timeout=120,
-                                  limits=httpx2.Limits(max_connections=None)) as client:
-        runs = await asyncio.gather(
-            *(latencies_of(client, base + CHAT, frames, per_stream) for _ in range(streams)))
+    runs = await asyncio.gather(
+        *(latencies_of(base, frames, per_stream) for _ in range(streams)))
     return sorted(value for run in runs for value in run)
 
 
@@ -371,8 +402,11 @@ async def resumes(base: str, streams: int, tokens: int, count: int) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
-    parser.add_argument("--loop", default="asyncio", help="uvicorn loop: asyncio or uvloop")
-    parser.add_argument("--http", default="h11", help="uvicorn http: h11 or httptools")
+    parser.add_argument("--loop", default="auto",
+                        help="uvicorn loop: auto (uvloop when installed, as `unbroken proxy`), "
+                             "asyncio or uvloop")
+    parser.add_argument("--http", default="auto",
+                        help="uvicorn http: auto (httptools when installed), h11 or httptools")
     options = parser.parse_args()
     tokens = 300 if options.quick else 2000
     levels = (1, 8) if options.quick else (1, 8, 32)
