@@ -39,7 +39,7 @@ from .events import (
 )
 from .finish import FinishReason, Status
 from .jsonparse import loads
-from .trace import COMMITTED, DEFAULT_RAW_BUDGET, DUPLICATE, REJECTED, Trace, TraceWarning
+from .trace import COMMITTED, DEFAULT_RAW_BUDGET, DUPLICATE, IGNORED, Trace, TraceWarning
 from .transitions import MOVES, STATUS_OF_PHASE, TERMINAL, Phase, ProvisionalFinish, Signal
 
 __all__ = ["CONTIGUOUS_SOURCES", "Message", "ToolCall"]
@@ -344,7 +344,7 @@ class Message:
         self._seen_seq = max(self._seen_seq, seq)
         self._warn("sequence_error", str(problem), seq)
         if self.trace.enabled:
-            self.trace.record(seq, block_id, nbytes, t, events, REJECTED, raw)
+            self.trace.record(seq, block_id, nbytes, t, events, IGNORED, raw)
         return False
 
     def _reasoning_delta(self, event: ReasoningDelta) -> None:

@@ -56,7 +56,7 @@ DEFAULT_RAW_BUDGET = 2**20
 
 COMMITTED = "committed"
 DUPLICATE = "duplicate"
-REJECTED = "rejected"
+IGNORED = "ignored"  # received, not applied: events the state machine does not allow now
 ERROR = "error"
 
 
@@ -68,7 +68,8 @@ class TraceWarning:
 
 
 class FrameRecord(NamedTuple):
-    """One frame as received. ``outcome``: committed, duplicate, rejected or error.
+    """One frame as received. ``outcome``: committed, duplicate, ignored (not applied: an event the
+    message does not allow in its state) or error (the frame could not be parsed).
 
     ``raw`` is ``None`` once the trace's raw budget is spent (or when the source had no bytes,
     as with an SDK adapter). ``t`` is the receive time the caller passed in, in seconds.

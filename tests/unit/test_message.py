@@ -348,7 +348,7 @@ def test_text_after_the_finish_is_a_sequence_error_and_the_frame_is_left_out() -
     assert isinstance(problem, SequenceError)
     assert (problem.state, problem.kind, problem.seq) == ("finished", "TextDelta", 3)
     assert codes(message) == ["sequence_error"]
-    assert message.trace.frames[-1].outcome == "rejected"
+    assert message.trace.frames[-1].outcome == "ignored"
     # The message is intact: the end marker still commits and the finish still decides.
     assert message.commit(4, [StreamEnd(seq=4, marker="[DONE]")]) is True
     assert message.close() is Status.COMPLETED

@@ -31,7 +31,7 @@ def test_every_frame_is_recorded_with_its_outcome() -> None:
         "committed",
         "duplicate",
         "committed",
-        "rejected",
+        "ignored",
     ]
     frame = message.trace.frames[0]
     assert frame == FrameRecord(
