@@ -20,6 +20,7 @@ from tests.integration.test_proxy_support import (
     CALLS,
     KEY,
     FrameReader,
+    create_and_purge,
     frames_of,
     free_port,
     mock_counts,
@@ -318,13 +319,7 @@ def test_event_source_gets_204_for_a_purged_stream(
         proxy,
         app,
     ):
-        created = httpx2.post(proxy + call.path, json=call.body, headers=call.headers("tokens=2"))
-        stream_id = created.headers["unbroken-stream-id"]
-        token = created.headers["unbroken-stream-token"]
-        deadline = time.monotonic() + 10
-        while asyncio.run(app.journal.get(stream_id)) is not None:  # purged, not only expired
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        stream_id, token = create_and_purge(proxy, app, call)
         events = f"{proxy}/v1/streams/{stream_id}/events"
         source = {"accept": "text/event-stream"}
         # The owner's EventSource (token or credential) is told to stop; anyone else: 404.

@@ -6,8 +6,6 @@ the browser itself is in ``tests/integration/test_browser_eventsource.py``.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
 
 import httpx2
@@ -16,7 +14,13 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from tests.integration.test_proxy_support import CALLS, KEY, mock_counts, running_proxy
+from tests.integration.test_proxy_support import (
+    CALLS,
+    KEY,
+    create_and_purge,
+    mock_counts,
+    running_proxy,
+)
 from tests.servers import serve_in_thread
 
 from unbroken.mock import create_app as create_mock
@@ -183,14 +187,7 @@ def test_the_204_for_a_purged_stream_carries_cors_headers(mock: str) -> None:
     with running_proxy(mock, cors_origins=(APP,), retention=0.3, expire_every=0.1) as (
         proxy, app,
     ):
-        created = httpx2.post(proxy + CHAT.path, json=CHAT.body,
-                              headers=CHAT.headers("tokens=2"), timeout=10)
-        stream_id = created.headers["unbroken-stream-id"]
-        token = created.headers["unbroken-stream-token"]
-        deadline = time.monotonic() + 10
-        while asyncio.run(app.journal.get(stream_id)) is not None:  # purged, not only expired
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        stream_id, token = create_and_purge(proxy, app, CHAT)
         stop = httpx2.get(f"{proxy}/v1/streams/{stream_id}/events?token={token}",
                           headers={"origin": APP, "accept": "text/event-stream"})
         assert (stop.status_code, stop.headers["access-control-allow-origin"]) == (204, APP)
