@@ -113,7 +113,7 @@ def test_preflights_are_answered_by_the_proxy_not_upstream(mock: str) -> None:
         assert (allowed.status_code, allowed.text) == (200, "OK")
         assert cors_headers(allowed) == {
             "access-control-allow-origin": APP,
-            "access-control-allow-methods": "GET, POST, OPTIONS",
+            "access-control-allow-methods": "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS",
             "access-control-allow-headers": asked,  # mirrored
             "access-control-max-age": "600",
         }
@@ -127,8 +127,12 @@ def test_preflights_are_answered_by_the_proxy_not_upstream(mock: str) -> None:
         refused = preflight(proxy + CHAT.path, OTHER_APP, "POST", "authorization")
         assert (refused.status_code, refused.text) == (400, "Disallowed CORS origin")
         assert "access-control-allow-origin" not in refused.headers
-        put = preflight(proxy + "/v1/files", APP, "PUT", "authorization")
-        assert (put.status_code, put.text) == (400, "Disallowed CORS method")
+        # Every method the proxy passes through may be called (DELETE a stored response)...
+        delete = preflight(proxy + "/v1/responses/resp_1", APP, "DELETE", "authorization")
+        assert (delete.status_code, delete.headers["access-control-allow-origin"]) == (200, APP)
+        # ... and no other.
+        trace = preflight(proxy + "/v1/files", APP, "TRACE", "authorization")
+        assert (trace.status_code, trace.text) == (400, "Disallowed CORS method")
     assert mock_counts(mock) == {"generations": {}, "resumes": {}}
 
 

@@ -317,6 +317,10 @@ def _unjournaled_end(record: StreamRecord, downstream: Downstream) -> bytes | No
                                                                 first=False)
 
 
+# What the proxy serves, and so what a page of an allowed origin may call (DELETE a response too).
+_SERVED_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
 def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = None) -> Starlette:
     """The proxy as an ASGI app; ``journal`` overrides the one ``config.store`` names.
 
@@ -332,15 +336,14 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
         Route("/v1/streams/{stream_id}", proxy.stream_status, methods=["GET"]),
         Route("/v1/streams/{stream_id}/cancel", proxy.cancel, methods=["POST"]),
         Route("/v1/streams/{stream_id}/events", proxy.events, methods=["GET"]),
-        Route("/{path:path}", proxy.forward,
-              methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
+        Route("/{path:path}", proxy.forward, methods=_SERVED_METHODS),
     ]
     middleware = []
     if config.cors_origins:
         middleware.append(Middleware(
             CORSMiddleware,
             allow_origins=config.cors_origins,
-            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_methods=_SERVED_METHODS,
             # Mirrors the headers a preflight asks for: the credentials (authorization,
             # x-api-key, x-goog-api-key), last-event-id, idempotency-key, unbroken-*, and the
             # SDKs' own (anthropic-version, x-stainless-*, ...), which are passed upstream.
