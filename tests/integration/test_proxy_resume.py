@@ -188,3 +188,36 @@ def test_event_source_semantics_with_token(proxy: str, mock: str) -> None:
         foreign = client.get(f"{url}?token={token}", headers={"last-event-id": "ub_other:3"})
         assert foreign.status_code == 400
     assert mock_counts(mock)["generations"] == {call.path: 1}
+
+
+def test_a_gemini_post_carries_ids_only_for_a_client_that_accepts_event_streams(
+    proxy: str, mock: str
+) -> None:
+    # google-genai reads an `id:` line as JSON and fails, and asks for */*: no ids for it. An SSE
+    # client that asks for text/event-stream gets them, and resumes the same POST with them.
+    call = CALLS["gemini"]
+    total = call.total(TOKENS)
+    cut = 3
+    with httpx.Client(base_url=proxy, timeout=10) as client:
+        plain = client.post(call.path, json=call.body, headers=call.headers(SCENARIO))
+        assert b"\nid: " not in b"\n" + plain.content
+        assert [e.id for e in frames_of("gemini", plain.content)] == [""] * total
+        with connect_sse(client, "POST", call.path, json=call.body,
+                         headers=call.headers(SCENARIO)) as source:
+            stream_id = source.response.headers["unbroken-stream-id"]
+            head = []
+            for event in source.iter_sse():
+                head.append(event)
+                if len(head) == cut:
+                    break
+        assert [e.id for e in head] == [f"{stream_id}:{n}" for n in range(1, cut + 1)]
+        with connect_sse(client, "POST", call.path, json=call.body,
+                         headers=call.headers(SCENARIO) | {"last-event-id": head[-1].id}) as rest:
+            tail = list(rest.iter_sse())
+    assert [e.id for e in tail] == [f"{stream_id}:{n}" for n in range(cut + 1, total + 1)]
+    message = message_of("gemini", "".join(
+        f"data: {e.data}\n\n" for e in head + tail).encode())
+    assert message.text == reply_text(SEED, TOKENS)
+    assert message.duplicates == 0
+    # Two generations (the plain POST and the SSE one); the resume made none.
+    assert mock_counts(mock)["generations"] == {call.path.split("?")[0]: 2}

@@ -259,7 +259,8 @@ class ProxyApp:
         record = await self.journal.get(stream_id, with_text=False) or record
         self.metrics.resumes += 1
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
-                                    events_endpoint=False, retry_ms=self.config.retry_ms)
+                                    events_endpoint=False, retry_ms=self.config.retry_ms,
+                                    accept=request.headers.get("accept", ""))
         return stream_response(
             self.journal, stream_id, after, downstream, keepalive=self.config.keepalive,
             headers=list(record.meta.response_headers),

@@ -123,14 +123,15 @@ class Launcher:
             found = await self.journal.find_idempotent(key)
             if found is not None and not expired(self.journal, found, self.config.retention):
                 created = found.meta.stream_id
-                return await self._attach(found, asked, endpoint)
+                return await self._attach(found, asked, endpoint, request)
             response, created = await self._create(request, endpoint, body, credential,
                                                    idempotency=(key, asked))
             return response
         finally:
             self.pending_keys.settle(key, created)
 
-    async def _attach(self, record: StreamRecord, asked: str, endpoint: Endpoint) -> Response:
+    async def _attach(self, record: StreamRecord, asked: str, endpoint: Endpoint,
+                      request: Request) -> Response:
         if record.meta.request_hash != asked:
             return self.refuse(Refusal(
                 status=422, message="unbroken proxy: this Idempotency-Key was used with a "
@@ -140,7 +141,8 @@ class Launcher:
         await self.recovery.settle(stream_id, wait=True)
         log_event("stream.attach", stream_id=stream_id, reason="idempotency_key")
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
-                                    events_endpoint=False, retry_ms=self.config.retry_ms)
+                                    events_endpoint=False, retry_ms=self.config.retry_ms,
+                                    accept=request.headers.get("accept", ""))
         return stream_response(
             self.journal, stream_id, 0, downstream, keepalive=self.config.keepalive,
             headers=[*record.meta.response_headers, ("idempotent-replayed", "true")],
@@ -220,7 +222,8 @@ class Launcher:
                   path=request.url.path, upstream_status=response.status_code,
                   upstream_ms=round(latency * 1000, 3), background=upstream.background or None)
         downstream = downstream_for(endpoint.dialect, content_type, events_endpoint=False,
-                                    retry_ms=self.config.retry_ms)
+                                    retry_ms=self.config.retry_ms,
+                                    accept=request.headers.get("accept", ""))
         return stream_response(
             self.journal, meta.stream_id, 0, downstream, keepalive=self.config.keepalive,
             status_code=response.status_code,

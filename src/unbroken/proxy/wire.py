@@ -68,13 +68,19 @@ class Downstream:
 
 
 def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
-                   retry_ms: int | None) -> Downstream:
-    """The serialization for a dialect's own POST, or for the generic SSE events endpoint."""
+                   retry_ms: int | None, accept: str = "") -> Downstream:
+    """The serialization for a dialect's own POST, or for the generic SSE events endpoint.
+
+    A Gemini POST carries only ``data:`` lines unless the request's ``accept`` names
+    ``text/event-stream``: google-genai reads any other line as a piece of JSON and fails on an
+    ``id:``, and it asks for ``*/*``; an SSE client that asks for the media type gets the ids
+    (and can resume with ``Last-Event-ID``) like every other dialect.
+    """
     if events_endpoint:
         return Downstream(media_type="text/event-stream; charset=utf-8", retry_ms=retry_ms)
     if dialect == "ollama":
         return Downstream(media_type=media_type, ndjson=True, ids=False, keepalive=None)
-    if dialect == "gemini":
+    if dialect == "gemini" and "text/event-stream" not in accept.lower():
         return Downstream(media_type=media_type, ids=False, keepalive=b"\n")
     return Downstream(media_type=media_type, retry_ms=retry_ms)
 
