@@ -24,7 +24,7 @@ from tests.integration.test_proxy_support import (
 from tests.servers import serve_in_thread
 
 from unbroken.mock import create_app as create_mock
-from unbroken.proxy import ProxyConfig
+from unbroken.proxy import ProxyApp, ProxyConfig
 from unbroken.proxy.__main__ import build_parser, config_from_args
 from unbroken.proxy.config import cors_origin
 
@@ -238,3 +238,23 @@ def test_no_cors_headers_by_default(mock: str) -> None:
         forwarded = preflight(proxy + CHAT.path, APP, "POST", "authorization")
         assert cors_headers(forwarded) == {}
     assert mock_counts(mock)["generations"] == {"/v1/chat/completions": 1}
+
+
+@pytest.mark.integration
+def test_a_500_reaches_an_allowed_page_readable(
+    mock: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # CORS sits outside Starlette's error handler: the page sees the 500, not a CORS failure.
+    async def broken(self: ProxyApp, request: object) -> None:
+        raise RuntimeError("a bug in a route")
+
+    monkeypatch.setattr(ProxyApp, "stream_status", broken)
+    with running_proxy(mock, cors_origins=(APP,)) as (proxy, _app):
+        url = f"{proxy}/v1/streams/ub_{'0' * 24}"
+        failed = httpx2.get(url, headers={"origin": APP}, timeout=10)
+        assert (failed.status_code, failed.text) == (500, "Internal Server Error")
+        assert failed.headers["access-control-allow-origin"] == APP
+        other = httpx2.get(url, headers={"origin": OTHER_APP}, timeout=10)
+        assert other.status_code == 500
+        assert "access-control-allow-origin" not in other.headers
+    assert "a bug in a route" in caplog.text  # still logged as the error it is
