@@ -12,9 +12,12 @@ Peers, each fed exactly the way its library feeds itself:
                (``\\r\\n`` for the CRLF body), strip ``data: ``; no decoding, no objects, no
                reads (one pass, linear)
 
-Bodies: an OpenAI-chat-style stream (CJK, emoji, JSON escapes), its CRLF variant, and one
-8 MiB ``data:`` line. Reads: 1024 bytes, random 1..4096 (seeded), and 1 byte (on a smaller body of
-the same kind, 2 MB; not on the 8 MiB line).
+Bodies: an OpenAI-chat-style stream (CJK, emoji, JSON escapes), its CRLF variant, one 8 MiB
+``data:`` line, and streams whose every block is ``event:`` + ``data:``: Anthropic Messages
+(``content_block_delta`` events of 150-250 bytes; LF and CRLF) and OpenAI Responses
+(``response.output_text.delta``). On those a sixth peer, ``general``, is unbroken with its hot
+paths switched off: what a hot path for the shape buys. Reads: 1024 bytes, random 1..4096 (seeded),
+and 1 byte (on a smaller body of the same kind, 2 MB; not on the 8 MiB line).
 
 Each figure is the best of ``--repeat`` runs, peers interleaved, timed in process CPU seconds
 (``time.process_time``: other processes on a shared machine inflate wall time, not this). Timed
@@ -45,6 +48,7 @@ import httpx_sse._decoders
 import openai._streaming
 import sseclient
 
+import unbroken.framing.sse
 from unbroken import SSEDecoder
 
 # A peer decodes the reads and returns (events, total data length); with ``checksum=False``
@@ -63,7 +67,7 @@ class OverBudget(Exception):
 _WORDS = [
     "Hello", " world", "你好", "、世界", "😀", "🚀", " the", " quick", "\n", '"quoted"', "\t",
     "é", " naïve", "日本語の", "🎉🎉", " back\\slash", " 42", ",", "한국어", " café", "\u2028",
-]
+]  # fmt: skip
 
 
 def chat_body(target: int, *, crlf: bool = False, seed: int = 7) -> tuple[bytes, int]:
@@ -88,6 +92,100 @@ def chat_body(target: int, *, crlf: bool = False, seed: int = 7) -> tuple[bytes,
         parts.append(line + eol + eol)
         size += len(parts[-1])
     parts.append(b"data: [DONE]" + eol + eol)
+    return b"".join(parts), len(parts)
+
+
+def _event_block(name: str, value: dict[str, Any], eol: bytes) -> bytes:
+    data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    return b"event: " + name.encode() + eol + b"data: " + data + eol + eol
+
+
+def anthropic_body(target: int, *, crlf: bool = False, seed: int = 7) -> tuple[bytes, int]:
+    """An Anthropic Messages stream of about ``target`` bytes: every block ``event:`` + ``data:``.
+
+    Mostly ``content_block_delta`` events of 150-250 bytes, with the documented start and end
+    events and a ``ping`` every 50 deltas.
+    """
+    rng = random.Random(seed)
+    eol = b"\r\n" if crlf else b"\n"
+    message: dict[str, Any] = {
+        "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "model": "claude-sonnet-4-20250514",
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 25, "output_tokens": 1},
+    }
+    parts = [
+        _event_block("message_start", {"type": "message_start", "message": message}, eol),
+        _event_block(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+            eol,
+        ),
+    ]
+    size = sum(map(len, parts))
+    while size < target:
+        text = "".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 24)))
+        delta = {"type": "text_delta", "text": text}
+        value = {"type": "content_block_delta", "index": 0, "delta": delta}
+        parts.append(_event_block("content_block_delta", value, eol))
+        size += len(parts[-1])
+        if len(parts) % 50 == 0:
+            parts.append(_event_block("ping", {"type": "ping"}, eol))
+    parts += [
+        _event_block("content_block_stop", {"type": "content_block_stop", "index": 0}, eol),
+        _event_block(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 15},
+            },
+            eol,
+        ),
+        _event_block("message_stop", {"type": "message_stop"}, eol),
+    ]
+    return b"".join(parts), len(parts)
+
+
+def responses_body(target: int, *, seed: int = 7) -> tuple[bytes, int]:
+    """An OpenAI Responses stream of about ``target`` bytes (``response.output_text.delta``)."""
+    rng = random.Random(seed)
+    eol = b"\n"
+    item = "msg_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654"
+    response: dict[str, Any] = {
+        "id": "resp_67c9fdcecf488190bdd9a0409de3a1ec",
+        "object": "response",
+        "status": "in_progress",
+        "model": "gpt-4.1-2025-04-14",
+        "output": [],
+    }
+    parts = [
+        _event_block(kind, {"type": kind, "response": response, "sequence_number": seq}, eol)
+        for seq, kind in enumerate(["response.created", "response.in_progress"])
+    ]
+    size = sum(map(len, parts))
+    while size < target:
+        value = {
+            "type": "response.output_text.delta",
+            "sequence_number": len(parts),
+            "item_id": item,
+            "output_index": 0,
+            "content_index": 0,
+            "delta": "".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 4))),
+            "logprobs": [],
+        }
+        parts.append(_event_block("response.output_text.delta", value, eol))
+        size += len(parts[-1])
+    done = {
+        "type": "response.completed",
+        "response": response | {"status": "completed"},
+        "sequence_number": len(parts),
+    }
+    parts.append(_event_block("response.completed", done, eol))
     return b"".join(parts), len(parts)
 
 
@@ -184,6 +282,17 @@ def run_sseclient(chunks: Iterable[bytes], checksum: bool) -> tuple[int, int]:
     return drain(sseclient.SSEClient(iter(chunks)).events(), checksum)
 
 
+def run_general_path(chunks: Iterable[bytes], checksum: bool) -> tuple[int, int]:
+    # unbroken with its hot paths off: with _SMALL (a private threshold) below zero, every read
+    # takes the general path.
+    saved = unbroken.framing.sse._SMALL
+    unbroken.framing.sse._SMALL = -1
+    try:
+        return run_unbroken(chunks, checksum)
+    finally:
+        unbroken.framing.sse._SMALL = saved
+
+
 PEERS: dict[str, Runner] = {
     "unbroken": run_unbroken,
     "openai": run_openai,
@@ -265,7 +374,9 @@ def bench(
     args: argparse.Namespace,
     *,
     budget: float | None = None,
+    general: bool = False,
 ) -> dict[str, dict[str, Timing]]:
+    peers = PEERS | {"general": run_general_path} if general else PEERS
     print(f"\n## {name}: {len(body) / 1e6:.1f} MB, {events} events")
     floor_best = min(_floor_seconds(body, events) for _ in range(args.repeat))
     print(f"floor (whole body, no reads): {len(body) / floor_best / 1e6:8.1f} MB/s")
@@ -275,12 +386,12 @@ def bench(
         # Untimed: every peer decodes the same events (count and total data length).
         expected = run_unbroken(chunks, True)
         assert expected[0] == events, (name, pattern, expected)
-        for peer, runner in PEERS.items():
+        for peer, runner in peers.items():
             if budget is None or peer == "unbroken":
                 assert runner(chunks, True) == expected, (name, pattern, peer)
         best: dict[str, Timing] = {}
         for _ in range(args.repeat):
-            for peer, runner in PEERS.items():
+            for peer, runner in peers.items():
                 if peer in best and not best[peer].complete:
                     continue  # it already ran out of budget: once is enough
                 run = timed(runner, chunks, budget)
@@ -312,7 +423,7 @@ def bench(
         )
     if "1024" in patterns and not args.no_memory:
         print(f"\n{name}, peak memory (tracemalloc, 1024-byte reads, events discarded):")
-        for peer, runner in PEERS.items():
+        for peer, runner in peers.items():
             peak, complete = peak_memory(runner, patterns["1024"], budget)
             print(f"  {peer:<10} {'>' if not complete else ' '}{mb(peak):>10}")
     return results
@@ -362,6 +473,16 @@ def report_targets(results: dict[str, dict[str, dict[str, Timing]]]) -> None:
         check(f"one-line body {pattern}: within 3x of the floor", to_floor <= 3, f"{to_floor:.2f}x")
 
 
+def report_general_path(results: dict[str, dict[str, dict[str, Timing]]]) -> None:
+    # A hot path for a block shape is worth its code at >= 1.5x the general path.
+    print("\n## event: + data: bodies, unbroken against its general path (bar: 1.5x)")
+    for body in ("anthropic", "anthropic-crlf", "responses"):
+        for pattern in ("1024", "random"):
+            best = results[body][pattern]
+            ratio = best["general"].seconds / best["unbroken"].seconds
+            print(f"  {body} {pattern}: {ratio:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 MB body, 1 MiB line, 200 KB")
@@ -385,11 +506,22 @@ def main() -> None:
         results[name] |= bench(
             f"{name} (small)", small, small_events, {"1": fixed_reads(small, 1)}, args
         )
+    # Every block "event:" + "data:" (Anthropic Messages, OpenAI Responses); "general" is
+    # unbroken with its hot paths off.
+    for name, make in (
+        ("anthropic", anthropic_body),
+        ("anthropic-crlf", lambda size: anthropic_body(size, crlf=True)),
+        ("responses", responses_body),
+    ):
+        body, events = make(chat_size)
+        patterns = {"1024": fixed_reads(body, 1024), "random": random_reads(body)}
+        results[name] = bench(name, body, events, patterns, args, general=True)
     body, events = line_body(line_size)
     patterns = {"1024": fixed_reads(body, 1024), "random": random_reads(body)}
     name = f"line-{line_size >> 20}mib"
     results["line"] = bench(name, body, events, patterns, args, budget=args.budget)
     report_targets(results)
+    report_general_path(results)
 
 
 if __name__ == "__main__":
