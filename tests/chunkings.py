@@ -27,12 +27,24 @@ import unbroken.framing.sse
 import unbroken.framing.sse_blocks
 from unbroken.errors import LocalProtocolError, StreamError
 
-__all__ = ["SSE_PATHS", "Outcome", "chunkings", "run", "sse_paths", "sse_state", "tr"]
+__all__ = [
+    "SSE_PATHS",
+    "Outcome",
+    "chunkings",
+    "exact",
+    "run",
+    "sse_paths",
+    "sse_state",
+    "sse_stream_state",
+    "tr",
+]
 
-# SSEDecoder reads the same bytes by several routes, chosen by size: "usual" (as shipped), "block
-# by block" (no region is read as one list of lines) and "in place" (every block and buffer
-# counts as huge, so the copy-careful routes run). A test parametrized over SSE_PATHS runs each.
-SSE_PATHS = ("usual", "block by block", "in place")
+# SSEDecoder reads the same bytes by several routes, chosen by shape and size: "usual" (as
+# shipped), "named first" (every read the hot paths take goes down the named-event path, which
+# then reads lone "data:" blocks too), "general" (no hot path), "block by block" (no region is
+# read as one list of lines) and "in place" (every block and buffer counts as huge, so the
+# copy-careful routes run). A test parametrized over SSE_PATHS runs each.
+SSE_PATHS = ("usual", "named first", "general", "block by block", "in place")
 
 # The structured fields an error may carry; compared across chunkings.
 _ERROR_FIELDS = ("offset", "line", "limit", "tail")
@@ -68,7 +80,11 @@ def sse_paths(path: str) -> Iterator[None]:
     assert path in SSE_PATHS
     blocks, sse = unbroken.framing.sse_blocks, unbroken.framing.sse
     with contextlib.ExitStack() as stack:
-        if path != "usual":
+        if path == "named first":
+            stack.enter_context(mock.patch.object(sse, "_DATA_LINES_FIRST", False))
+        if path == "general":
+            stack.enter_context(mock.patch.object(sse, "_SMALL", -1))
+        if path in ("block by block", "in place"):
             stack.enter_context(mock.patch.object(blocks, "_LINES_LIMIT", 0))
         if path == "in place":
             stack.enter_context(mock.patch.object(blocks, "_COPY_LIMIT", 0))
@@ -79,6 +95,11 @@ def sse_paths(path: str) -> Iterator[None]:
 def sse_state(decoder: Any) -> tuple[str, int | None, bytes]:
     """The stream-level state of an ``SSEDecoder`` that every chunking must agree on."""
     return (decoder.last_event_id, decoder.reconnection_time, decoder.unterminated)
+
+
+def sse_stream_state(decoder: Any) -> tuple[str, int | None, bytes, int]:
+    """``sse_state`` and ``bytes_received``: what every route must agree on for one chunking."""
+    return (*sse_state(decoder), decoder.bytes_received)
 
 
 def chunkings(data: bytes) -> Iterator[tuple[str, list[bytes]]]:
@@ -150,4 +171,11 @@ def tr(
         assert b"".join(reads) == data
         got = run(make, reads, state, eof=eof)
         assert got == expected, f"chunking {name} differs from the whole read"
+        # Frames that leave fields out of ``==`` (ServerSentEvent's ``raw``) must agree on them too.
+        assert exact(got.frames) == exact(expected.frames), f"chunking {name}: raw bytes differ"
     return expected
+
+
+def exact(frames: Sequence[Any]) -> list[Any]:
+    """Frames as plain tuples, so that every field compares (``raw`` too)."""
+    return [tuple(frame) if isinstance(frame, tuple) else frame for frame in frames]

@@ -1,0 +1,105 @@
+"""Streams of ``event:`` + ``data:`` blocks, lone ``data:`` blocks and other shapes, in any reads.
+
+Whatever the reads, SSEDecoder's hot paths must give exactly what the general path alone gives
+for the whole body (``sse_paths("general")``): the same events field by field (``raw`` too), the
+same error and the same stream state, ``bytes_received`` included. The shapes are drawn so that
+most blocks are the ones the hot paths take, with the near misses they must leave alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.chunkings import Outcome, exact, run, sse_paths, sse_state, sse_stream_state
+
+from unbroken import SSEDecoder
+
+SETTINGS = settings(
+    max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TEXT = st.text(
+    st.sampled_from([*'ab :{}"\\', "\x00", "\u2028", "\x85", "é", "你", "😀"]), max_size=10
+)
+NAMES = st.sampled_from(["content_block_delta", "response.output_text.delta", "e", " x", "é:"])
+IDS = st.sampled_from([b"7", b"", b"a\x00"])
+INVALID = st.sampled_from([b"\xff", b"\xe4\xb8", b"\xc0\x80"])
+# Shapes the hot paths take (most draws), and near misses the general path must read.
+TAKEN = ["named"] * 6 + ["data"] * 3
+OTHER = ["empty name", "no space", "id", "retry", "comment", "two data", "data then event",
+         "two events", "no data", "blank", "cr only", "invalid"]  # fmt: skip
+
+
+@st.composite
+def block(draw: st.DrawFn, eol: bytes, kinds: list[str]) -> bytes:
+    kind = draw(st.sampled_from(kinds))
+    name = draw(NAMES).encode()
+    value = json.dumps({"t": draw(TEXT)}, ensure_ascii=False).encode()
+    lines = {
+        "named": [b"event: " + name, b"data: " + value],
+        "data": [b"data: " + value],
+        "empty name": [b"event: ", b"data: " + value],
+        "no space": [b"event:" + name, b"data: " + value],
+        "id": [b"event: " + name, b"id: " + draw(IDS), b"data: " + value],
+        "retry": [b"event: " + name, b"data: " + value, b"retry: 1500"],
+        "comment": [b": ping", b"event: " + name, b"data: " + value],
+        "two data": [b"event: " + name, b"data: " + value, b"data: " + value],
+        "data then event": [b"data: " + value, b"event: " + name],
+        "two events": [b"event: x", b"event: " + name, b"data: " + value],
+        "no data": [b"event: " + name],
+        "blank": [],
+        "cr only": [b"event: " + name + b"\rdata: " + value],
+        "invalid": [b"event: " + name + draw(INVALID), b"data: " + value],
+    }[kind]
+    if kind == "invalid" and draw(st.booleans()):
+        lines = [b"event: " + name, b"data: " + value + draw(INVALID)]
+    return b"".join(line + eol for line in lines) + eol
+
+
+@st.composite
+def stream(draw: st.DrawFn) -> bytes:
+    eol = draw(st.sampled_from([b"\n", b"\n", b"\r\n"]))
+    kinds = TAKEN if draw(st.booleans()) else TAKEN + OTHER  # half the streams: hot shapes only
+    blocks = draw(st.lists(block(eol, kinds), min_size=1, max_size=12))
+    body = b"".join(blocks)
+    if draw(st.booleans()):
+        body += draw(block(eol, kinds))[: draw(st.integers(0, 30))]  # cut inside a block
+    return body
+
+
+def reads(body: bytes) -> st.SearchStrategy[list[bytes]]:
+    def split(points: list[int]) -> list[bytes]:
+        edges = [0, *sorted(points), len(body)]
+        return [body[a:b] for a, b in itertools.pairwise(edges)]
+
+    return st.lists(st.integers(0, len(body)), max_size=10).map(split)
+
+
+def exactly(outcome: Outcome) -> tuple[object, ...]:
+    return (exact(outcome.frames), outcome.error, outcome.state)
+
+
+@SETTINGS
+@given(data=st.data(), body=stream())
+def test_any_reads_give_what_the_general_path_gives_for_the_whole_body(
+    data: st.DataObject, body: bytes
+) -> None:
+    errors = data.draw(st.sampled_from(["strict", "replace"]), label="errors")
+    limit = data.draw(st.sampled_from([16 * 2**20, 60]), label="max_event_size")
+    last_id = data.draw(st.sampled_from(["", "0"]), label="last_event_id")
+
+    def make() -> SSEDecoder:
+        return SSEDecoder(errors=errors, max_event_size=limit, last_event_id=last_id)  # type: ignore[arg-type]
+
+    chunks = data.draw(reads(body), label="reads")
+    with sse_paths("general"):
+        general_whole = run(make, [body], sse_state)
+        general_chunks = run(make, chunks, sse_stream_state)
+    for path in ("usual", "named first"):
+        with sse_paths(path):
+            assert exactly(run(make, [body], sse_state)) == exactly(general_whole)
+            # bytes_received stops at a stream error, so it is compared read for read.
+            assert exactly(run(make, chunks, sse_stream_state)) == exactly(general_chunks)
+            assert exactly(run(make, chunks, sse_state)) == exactly(general_whole)
