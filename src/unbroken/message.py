@@ -8,15 +8,14 @@ back). Which events are allowed, and which state follows, is decided by the tabl
 the trace, and the frame is left out so the message is not corrupted.
 
 Text and tool-call arguments are kept as lists of parts and joined on access, so receiving is
-linear in the body; ``ToolCall.value`` is parsed once, when the finish reason or the close comes.
+linear in the body; ``ToolCall.value`` is parsed once, when the finish reason or the close comes
+(``tool_calls.py`` assembles the calls).
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from .errors import (
     DecodingError,
@@ -38,7 +37,7 @@ from .events import (
     Usage,
 )
 from .finish import FinishReason, Status
-from .jsonparse import loads
+from .tool_calls import ToolCall, ToolCalls, joined
 from .trace import COMMITTED, DEFAULT_RAW_BUDGET, DUPLICATE, IGNORED, Trace, TraceWarning
 from .transitions import MOVES, STATUS_OF_PHASE, TERMINAL, Phase, ProvisionalFinish, Signal
 
@@ -46,34 +45,6 @@ __all__ = ["CONTIGUOUS_SOURCES", "Message", "ToolCall"]
 
 # Seq sources numbered without gaps (design.md "Sequence numbers"); a skipped number is loss.
 CONTIGUOUS_SOURCES = frozenset({"proxy", "provider", "position"})
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """A tool call assembled from its deltas: ``ToolCall(id, name, arguments, value)``.
-    ``arguments`` is the exact JSON text received; ``value`` is it parsed (``{}`` for empty
-    arguments), or ``None`` until the call is complete or when the text is not valid JSON (a
-    ``tool_arguments`` warning says so). ``index`` is the provider's position for the call (a
-    content-block index for Anthropic); it orders the calls but is not part of their value."""
-
-    id: str | None
-    name: str | None
-    arguments: str
-    value: Any = None
-    index: int = field(default=0, compare=False, kw_only=True)
-
-
-class _ToolCallParts:
-    __slots__ = ("arguments", "complete", "id", "index", "name", "parts", "value")
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.id: str | None = None
-        self.name: str | None = None
-        self.parts: list[str] = []
-        self.arguments: str | None = None  # joined once complete
-        self.complete = False
-        self.value: Any = None
 
 
 class Message:
@@ -110,7 +81,7 @@ class Message:
         self._seen_seq = -1  # highest seq offered (committed or rejected), for gap detection
         self._text: list[str] = []
         self._reasoning: list[str] = []
-        self._calls: dict[int, _ToolCallParts] = {}
+        self._calls = ToolCalls()
 
     # -- what a caller reads ------------------------------------------------------------------
 
@@ -148,27 +119,15 @@ class Message:
 
     @property
     def text(self) -> str:
-        return _joined(self._text)
+        return joined(self._text)
 
     @property
     def reasoning(self) -> str:
-        return _joined(self._reasoning)
+        return joined(self._reasoning)
 
     @property
     def tool_calls(self) -> list[ToolCall]:
-        calls = []
-        for parts in self._calls.values():
-            arguments = parts.arguments if parts.complete else _joined(parts.parts)
-            calls.append(
-                ToolCall(
-                    index=parts.index,
-                    id=parts.id,
-                    name=parts.name,
-                    arguments=arguments if arguments is not None else "",
-                    value=parts.value,
-                )
-            )
-        return calls
+        return self._calls.calls()
 
     # -- receiving ----------------------------------------------------------------------------
 
@@ -303,7 +262,7 @@ class Message:
         elif cls is ReasoningDelta:
             self._reasoning_delta(event)  # type: ignore[arg-type]
         elif cls is ToolCallDelta:
-            self._tool_call_delta(event)  # type: ignore[arg-type]
+            self._calls.add(event)  # type: ignore[arg-type]
         elif cls is Usage:
             self._usage(event)  # type: ignore[arg-type]
         elif cls is Finish:
@@ -352,21 +311,6 @@ class Message:
             self._reasoning.append(event.text)
         if event.signature is not None:
             self.reasoning_signature = event.signature
-
-    def _tool_call_delta(self, event: ToolCallDelta) -> None:
-        parts = self._calls.get(event.index)
-        if parts is None:
-            parts = self._calls[event.index] = _ToolCallParts(event.index)
-        elif parts.complete:  # a resume continues a call that the interruption had closed
-            parts.complete = False
-            parts.parts = [parts.arguments or ""]
-            parts.value = None
-        if event.id is not None and parts.id is None:
-            parts.id = event.id
-        if event.name is not None and parts.name is None:
-            parts.name = event.name
-        if event.arguments:
-            parts.parts.append(event.arguments)
 
     def _usage(self, event: Usage) -> None:
         old = self.usage
@@ -434,29 +378,8 @@ class Message:
             )
 
     def _complete_tool_calls(self) -> None:
-        for parts in self._calls.values():
-            if parts.complete:
-                continue
-            parts.complete = True
-            arguments = parts.arguments = _joined(parts.parts)
-            if not arguments:
-                parts.value = {}
-                continue
-            try:
-                parts.value = loads(arguments)
-            except ValueError as exc:
-                self._warn(
-                    "tool_arguments", f"tool call {parts.index} arguments are not JSON: {exc}"
-                )
-
-
-def _joined(parts: list[str]) -> str:
-    """Join in place, so the next access only joins what came since."""
-    if len(parts) > 1:
-        whole = "".join(parts)
-        parts.clear()
-        parts.append(whole)
-    return parts[0] if parts else ""
+        for problem in self._calls.complete():
+            self._warn("tool_arguments", problem)
 
 
 def _latest(new: int | None, old: int | None) -> int | None:

@@ -1,0 +1,105 @@
+"""Tool calls assembled from their deltas.
+
+A call's arguments arrive as fragments of JSON text, keyed by the provider's index for the call;
+they are kept as a list of parts and joined on access (receiving stays linear in the body), and
+parsed once, when the finish reason or the close comes. A resume may continue a call that the
+interruption had closed: its arguments are then open again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .events import ToolCallDelta
+from .jsonparse import loads
+
+__all__ = ["ToolCall", "ToolCalls", "joined"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call assembled from its deltas: ``ToolCall(id, name, arguments, value)``.
+    ``arguments`` is the exact JSON text received; ``value`` is it parsed (``{}`` for empty
+    arguments), or ``None`` until the call is complete or when the text is not valid JSON (a
+    ``tool_arguments`` warning says so). ``index`` is the provider's position for the call (a
+    content-block index for Anthropic); it orders the calls but is not part of their value."""
+
+    id: str | None
+    name: str | None
+    arguments: str
+    value: Any = None
+    index: int = field(default=0, compare=False, kw_only=True)
+
+
+class _Parts:
+    __slots__ = ("arguments", "complete", "id", "index", "name", "parts", "value")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.id: str | None = None
+        self.name: str | None = None
+        self.parts: list[str] = []
+        self.arguments: str | None = None  # joined once complete
+        self.complete = False
+        self.value: Any = None
+
+
+class ToolCalls:
+    """The calls of one message, in the order their first delta came."""
+
+    __slots__ = ("_calls",)
+
+    def __init__(self) -> None:
+        self._calls: dict[int, _Parts] = {}
+
+    def add(self, event: ToolCallDelta) -> None:
+        parts = self._calls.get(event.index)
+        if parts is None:
+            parts = self._calls[event.index] = _Parts(event.index)
+        elif parts.complete:  # a resume continues a call that the interruption had closed
+            parts.complete = False
+            parts.parts = [parts.arguments or ""]
+            parts.value = None
+        if event.id is not None and parts.id is None:
+            parts.id = event.id
+        if event.name is not None and parts.name is None:
+            parts.name = event.name
+        if event.arguments:
+            parts.parts.append(event.arguments)
+
+    def complete(self) -> list[str]:
+        """Close every open call and parse its arguments; what could not be parsed, said."""
+        problems = []
+        for parts in self._calls.values():
+            if parts.complete:
+                continue
+            parts.complete = True
+            arguments = parts.arguments = joined(parts.parts)
+            if not arguments:
+                parts.value = {}
+                continue
+            try:
+                parts.value = loads(arguments)
+            except ValueError as exc:
+                problems.append(f"tool call {parts.index} arguments are not JSON: {exc}")
+        return problems
+
+    def calls(self) -> list[ToolCall]:
+        out = []
+        for parts in self._calls.values():
+            arguments = parts.arguments if parts.complete else joined(parts.parts)
+            out.append(ToolCall(
+                parts.id, parts.name, arguments if arguments is not None else "", parts.value,
+                index=parts.index,
+            ))
+        return out
+
+
+def joined(parts: list[str]) -> str:
+    """Join in place, so the next access only joins what came since."""
+    if len(parts) > 1:
+        whole = "".join(parts)
+        parts.clear()
+        parts.append(whole)
+    return parts[0] if parts else ""
