@@ -140,12 +140,10 @@ async def test_malformed_json_fails_with_a_payload_error(
     run = await run_stream(driver, layout.url(mock), dialect=dialect, scenario=scenario)
     assert isinstance(run.error, PayloadError)
     assert run.error.line == bad  # the frame number (the line, for NDJSON)
-    if dialect != "gemini":
-        # Where the bad frame starts; Gemini's CRLF frames are left out, see the report on
-        # SSEDecoder's nbytes (the final LF of a CRLF block is counted in the next block).
-        separator = b"\n" if dialect == "ollama" else b"\n\n"
-        frames = raw_body(mock, dialect, scenario).split(separator)
-        assert run.error.offset == sum(len(f) + len(separator) for f in frames[: bad - 1])
+    # Where the bad frame starts: the bytes of the frames before it (Gemini's end in CRLF CRLF).
+    separator = {"ollama": b"\n", "gemini": b"\r\n\r\n"}.get(dialect, b"\n\n")
+    frames = raw_body(mock, dialect, scenario).split(separator)
+    assert run.error.offset == sum(len(f) + len(separator) for f in frames[: bad - 1])
     assert run.error.message is run.message
     assert run.message.status is Status.FAILED
     assert run.message.error is run.error

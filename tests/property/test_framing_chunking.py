@@ -2,8 +2,9 @@
 
 The references below are written straight from the rules (WHATWG "Interpreting an event stream";
 one JSON value per line), over the whole body at once, sharing no code with the decoders. What
-``SSEDecoder`` adds to the spec is written out here too: ``raw``/``nbytes`` per block (the LF of
-a CRLF blank line starts the next block), the size cap, and strict UTF-8 errors per block.
+``SSEDecoder`` adds to the spec is written out here too: ``raw``/``nbytes`` per block (a block
+that ends in LF CR takes the LF after its CR; after CR CR that LF starts the next block), the size
+cap, and strict UTF-8 errors per block.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ def reference_sse(body: bytes, errors: str, limit: int) -> Outcome:
         if start != text_end:
             fields.append(field(stream[start:text_end]))
             continue
-        block_end = text_end + 1  # a CRLF blank line: its LF starts the next block
+        block_end = text_end + 1
+        if stream[text_end - 1 : text_end + 2] == b"\n\r\n" and text_end > block_start:
+            block_end += 1  # the block ends in LF CR: it takes the LF after its CR
         if block_end - block_start > limit:
             error = too_large(block_start)
             break

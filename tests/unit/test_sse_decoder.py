@@ -6,7 +6,7 @@ Every multi-read case goes through ``tr`` (whole, byte by byte, split at every p
 from __future__ import annotations
 
 import pytest
-from tests.chunkings import SSE_PATHS, sse_paths, sse_state, tr
+from tests.chunkings import SSE_PATHS, exact, sse_paths, sse_state, sse_stream_state, tr
 
 from unbroken import (
     DecodingError,
@@ -44,15 +44,24 @@ def test_nbytes_cr() -> None:
     )
 
 
-def test_nbytes_crlf_counts_the_lf_of_an_event_end_in_the_next_block() -> None:
-    # The first event is dispatched on the CR of its blank line (a CR at the end of a read cannot
-    # wait for an LF), so that LF belongs to the next block; the very last LF to no block.
-    out = tr(SSEDecoder, b"data: a\r\n\r\ndata: bb\r\n\r\n", sse_state)
-    assert out.frames == (
-        ServerSentEvent(data="a", nbytes=10, raw=b"data: a\r\n\r"),
-        ServerSentEvent(data="bb", nbytes=12, raw=b"\ndata: bb\r\n\r"),
-    )
-    assert out.state == ("", None, b"")
+def test_nbytes_crlf_covers_the_whole_crlf_of_the_blank_line() -> None:
+    # A block that ends in LF CR takes the LF after its CR: 11 + 12 bytes, the whole body.
+    body = b"data: a\r\n\r\ndata: bb\r\n\r\n"
+    out = tr(SSEDecoder, body, sse_stream_state)
+    assert exact(out.frames) == [
+        tuple(ServerSentEvent(data="a", nbytes=11, raw=b"data: a\r\n\r\n")),
+        tuple(ServerSentEvent(data="bb", nbytes=12, raw=b"data: bb\r\n\r\n")),
+    ]
+    assert 11 + 12 == len(body) == out.state[3]
+    assert out.state == ("", None, b"", 23)
+
+
+def test_two_crlf_events_of_11_bytes_are_22_bytes() -> None:
+    body = b"data: a\r\n\r\n" * 2
+    out = tr(SSEDecoder, body, sse_state)
+    assert exact(out.frames) == [tuple(ev("a", b"data: a\r\n\r\n"))] * 2
+    assert [event.nbytes for event in out.frames] == [11, 11]
+    assert sum(event.nbytes for event in out.frames) == 22 == len(body)
 
 
 def test_bytes_received_is_the_input_length_under_every_chunking() -> None:
@@ -66,35 +75,183 @@ def test_bytes_received_is_the_input_length_under_every_chunking() -> None:
 
 
 def test_every_byte_is_accounted_for() -> None:
-    # BOM (3) + comment block (6, nothing dispatched) + an event ended by CRLF CR (16)
-    # + the next event, which starts with the swallowed LF (19) + an unterminated tail (9).
-    body = BOM + b": hi\n\n" + b"id: 1\ndata: a\r\n\r" + b"\nevent: e\ndata: b\n\n" + b"data: cut"
+    # BOM (3) + comment block (6, nothing dispatched) + an event ended by CRLF CRLF (17)
+    # + the next event (18) + an unterminated tail (9).
+    body = BOM + b": hi\n\n" + b"id: 1\ndata: a\r\n\r\n" + b"event: e\ndata: b\n\n" + b"data: cut"
     out = tr(SSEDecoder, body, sse_state)
-    assert out.frames == (
-        ServerSentEvent(data="a", id="1", block_id="1", nbytes=16, raw=b"id: 1\ndata: a\r\n\r"),
-        ServerSentEvent(
-            event="e", data="b", id="1", nbytes=19, raw=b"\nevent: e\ndata: b\n\n"
-        ),
-    )
+    assert exact(out.frames) == [
+        tuple(ev("a", b"id: 1\ndata: a\r\n\r\n", id="1", block_id="1")),
+        tuple(ev("b", b"event: e\ndata: b\n\n", event="e", id="1")),
+    ]
+    assert [event.nbytes for event in out.frames] == [17, 18]
     assert out.state == ("1", None, b"data: cut")
-    assert 3 + 6 + 16 + 19 + len(b"data: cut") == len(body) == 53
+    assert 3 + 6 + 17 + 18 + len(b"data: cut") == len(body) == 53
 
 
 def test_raws_of_data_blocks_rebuild_the_body() -> None:
     body = b"data: 1\r\n\r\ndata: \xe4\xbd\xa0\r\n\r\ndata: x\r\ndata: y\r\n\r\ndata: end\r\n"
     out = tr(SSEDecoder, BOM + body, sse_state)
     assert [event.data for event in out.frames] == ["1", "你", "x\ny"]
-    # The last event's final LF belongs to the tail, which starts with it and is then swallowed.
-    assert b"".join(event.raw for event in out.frames) + b"\n" + out.state[2] == body
+    assert b"".join(event.raw for event in out.frames) + out.state[2] == body
     assert out.state[2] == b"data: end\r\n"
 
 
-def test_a_cr_ending_a_read_dispatches_at_once_and_the_next_lf_is_swallowed() -> None:
-    decoder = SSEDecoder()
-    assert decoder.receive_data(b"data: a\n\r") == [ev("a", b"data: a\n\r")]
-    assert decoder.receive_data(b"\ndata: b\n\n") == [ev("b", b"\ndata: b\n\n")]
-    assert decoder.receive_eof() == []
-    assert decoder.unterminated == b""
+# -- a block held at its CR ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", SSE_PATHS)
+@pytest.mark.parametrize("first", [b"data: a\n\r", b"data: a\r\n\r"], ids=["LF CR", "CRLF CR"])
+def test_a_read_ending_at_the_cr_after_an_lf_holds_the_event_until_an_lf_comes(
+    first: bytes, path: str
+) -> None:
+    with sse_paths(path):
+        decoder = SSEDecoder()
+        assert decoder.receive_data(b"data: 0\n\n" + first) == [ev("0", b"data: 0\n\n")]
+        assert decoder.bytes_received == 9 + len(first)
+        assert decoder.receive_data(b"") == []  # an empty read shows nothing: still held
+        assert exact(decoder.receive_data(b"\ndata: b\n\n")) == [
+            tuple(ev("a", first + b"\n")),
+            tuple(ev("b", b"data: b\n\n")),
+        ]
+        assert decoder.receive_eof() == []
+        assert decoder.unterminated == b""
+        assert decoder.bytes_received == 9 + len(first) + 10
+
+
+@pytest.mark.parametrize("path", SSE_PATHS)
+@pytest.mark.parametrize("more", [b"\n", b"\ndata: b", b"\ndata: b\r\n\r"])
+def test_a_held_event_is_dispatched_by_a_read_that_starts_with_its_lf(
+    more: bytes, path: str
+) -> None:
+    with sse_paths(path):
+        decoder = SSEDecoder()
+        assert decoder.receive_data(b"id: 7\r\ndata: a\r\n\r") == []
+        assert decoder.last_event_id == ""  # the block takes effect when it is dispatched
+        assert exact(decoder.receive_data(more)) == [
+            tuple(ev("a", b"id: 7\r\ndata: a\r\n\r\n", id="7", block_id="7"))
+        ]
+        assert decoder.last_event_id == "7"
+        # A second held block (the read ends at its CR) waits in turn; EOF dispatches it.
+        held = [tuple(ev("b", b"data: b\r\n\r", id="7"))] if more.endswith(b"\r") else []
+        assert exact(decoder.receive_eof()) == held
+        assert decoder.unterminated == (b"data: b" if more == b"\ndata: b" else b"")
+
+
+@pytest.mark.parametrize("path", SSE_PATHS)
+def test_a_held_event_is_dispatched_without_an_lf_by_a_read_that_starts_otherwise(
+    path: str,
+) -> None:
+    with sse_paths(path):
+        decoder = SSEDecoder()
+        assert decoder.receive_data(b"data: a\r\n\r") == []
+        # No LF after the CR: the block ends there, and "data: b" starts the next one.
+        assert exact(decoder.receive_data(b"data: b\n\n")) == [
+            tuple(ev("a", b"data: a\r\n\r")),
+            tuple(ev("b", b"data: b\n\n")),
+        ]
+        decoder = SSEDecoder()
+        assert decoder.receive_data(b"data: a\r\n\r") == []
+        # A CR: the held block ends at its CR; the CR is a blank line by itself.
+        assert exact(decoder.receive_data(b"\r")) == [tuple(ev("a", b"data: a\r\n\r"))]
+        assert exact(decoder.receive_data(b"\ndata: c\r\r")) == [
+            tuple(ev("c", b"\ndata: c\r\r"))  # the LF of that CR LF is swallowed
+        ]
+
+
+@pytest.mark.parametrize("path", SSE_PATHS)
+def test_receive_eof_dispatches_a_held_event(path: str) -> None:
+    with sse_paths(path):
+        decoder = SSEDecoder()
+        assert decoder.receive_data(b"data: a\r\n\r\nevent: e\r\ndata: b\r\n\r") == [
+            ev("a", b"data: a\r\n\r\n")
+        ]
+        assert exact(decoder.receive_eof()) == [
+            tuple(ev("b", b"event: e\r\ndata: b\r\n\r", event="e"))
+        ]
+        assert (decoder.unterminated, decoder.bytes_received) == (b"", 11 + 20)
+        with pytest.raises(LocalProtocolError):
+            decoder.receive_eof()
+
+
+@pytest.mark.parametrize("path", SSE_PATHS)
+def test_a_held_block_with_invalid_utf8_raises_when_it_is_dispatched(path: str) -> None:
+    with sse_paths(path):
+        decoder = SSEDecoder()
+        assert decoder.receive_data(b"data: ok\r\n\r\ndata: \xff\r\n\r") == [
+            ev("ok", b"data: ok\r\n\r\n")
+        ]
+        with pytest.raises(DecodingError) as info:
+            decoder.receive_eof()
+        assert (info.value.offset, info.value.events) == (12 + 6, [])
+        with pytest.raises(LocalProtocolError):
+            decoder.receive_data(b"\n")
+
+
+@pytest.mark.parametrize("path", SSE_PATHS)
+@pytest.mark.parametrize("body", [b"data: a\r\r", b"data: a\r\rdata: b\r\r", b"\r\rdata: a\r\r"])
+def test_cr_only_blocks_are_dispatched_at_once(body: bytes, path: str) -> None:
+    # A block that ends in CR CR never waits: the read that ends at its CR returns it.
+    with sse_paths(path):
+        events = SSEDecoder().receive_data(body)
+        for cut in range(1, len(body)):
+            decoder = SSEDecoder()
+            got = decoder.receive_data(body[:cut])
+            if body[:cut].endswith(b"a\r\r"):
+                assert exact(got) == [tuple(ev("a", b"data: a\r\r"))]
+            got += decoder.receive_data(body[cut:])
+            assert exact(got) == exact(events)
+            assert decoder.receive_eof() == []
+    assert [event.data for event in events] == ["a", "b"][: body.count(b"data")]
+    assert exact(events)[0] == tuple(ev("a", b"data: a\r\r"))
+
+
+@pytest.mark.parametrize("path", SSE_PATHS)
+def test_a_cr_only_block_leaves_the_lf_after_it_to_the_next_block(path: str) -> None:
+    # CR CR ends the first block at once; the LF of the CR LF that follows is swallowed, so it
+    # is the second block's first byte.
+    with sse_paths(path):
+        out = tr(SSEDecoder, b"data: a\r\r\ndata: b\r\n\r\n", sse_state)
+    assert exact(out.frames) == [
+        tuple(ev("a", b"data: a\r\r")),
+        tuple(ev("b", b"\ndata: b\r\n\r\n")),
+    ]
+
+
+@pytest.mark.parametrize("path", SSE_PATHS)
+def test_a_blank_line_that_starts_a_block_does_not_hold(path: str) -> None:
+    # The CR of "\r\n" after a complete block is a blank line by itself, with no line before
+    # it in its block: it ends an empty block at once, and its LF goes to the next block.
+    body = b"data: a\n\n\r\ndata: b\r\n\r\n"
+    with sse_paths(path):
+        out = tr(SSEDecoder, body, sse_stream_state)
+        decoder = SSEDecoder()
+        assert exact(decoder.receive_data(body[:10])) == [tuple(ev("a", b"data: a\n\n"))]
+        assert decoder.receive_data(body[10:11]) == []
+        assert exact(decoder.receive_data(body[11:])) == [tuple(ev("b", b"\ndata: b\r\n\r\n"))]
+    assert exact(out.frames) == [
+        tuple(ev("a", b"data: a\n\n")),
+        tuple(ev("b", b"\ndata: b\r\n\r\n")),
+    ]
+    assert out.state == ("", None, b"", len(body))
+
+
+@pytest.mark.parametrize("path", SSE_PATHS)
+@pytest.mark.parametrize("eol", [b"\r\n", b"\n"], ids=["CRLF", "LF"])
+def test_nbytes_add_up_to_the_body_under_every_chunking(eol: bytes, path: str) -> None:
+    blocks = [
+        b"data: 1" + eol + eol,
+        b"event: e" + eol + b"data: \xe4\xbd\xa0" + eol + eol,
+        b"id: 5" + eol + b"data: x" + eol + b"data: y" + eol + eol,
+        b"retry: 10" + eol + b"data: " + eol + eol,
+        b"data: last" + eol + eol,
+    ]
+    body = b"".join(blocks)
+    with sse_paths(path):
+        out = tr(SSEDecoder, BOM + body, sse_stream_state)
+    assert [event.raw for event in out.frames] == blocks
+    assert [event.nbytes for event in out.frames] == [len(block) for block in blocks]
+    assert sum(event.nbytes for event in out.frames) == len(body)
+    assert out.state == ("5", 10, b"", 3 + len(body))
 
 
 def test_a_lf_after_a_dispatching_cr_is_swallowed_only_once() -> None:
@@ -165,13 +322,13 @@ def test_strict_invalid_utf8_in_data(bad: tuple[bytes, str], bom: bytes, path: s
 @pytest.mark.parametrize("path", SSE_PATHS)
 @pytest.mark.parametrize("bad", list(INVALID.values()), ids=list(INVALID))
 def test_strict_invalid_utf8_in_a_field_name(bad: tuple[bytes, str], path: str) -> None:
-    # "id: 1\n" (6) "data: ok" (8) CR LF CR (3) then the swallowed LF (1) and "d" (1): 19.
+    # "id: 1\n" (6) "data: ok" (8) CR LF CR LF (4) then "d" (1): 19.
     body = b"id: 1\ndata: ok\r\n\r\nd" + bad[0] + b"ata: x\ndata: y\n\n"
     with sse_paths(path):
         out = tr(SSEDecoder, body)
     assert out.error_type is DecodingError
     assert out.error_field("offset") == 19
-    assert out.frames == (ev("ok", b"id: 1\ndata: ok\r\n\r", id="1", block_id="1"),)
+    assert exact(out.frames) == [tuple(ev("ok", b"id: 1\ndata: ok\r\n\r\n", id="1", block_id="1"))]
 
 
 @pytest.mark.parametrize("path", SSE_PATHS)
@@ -242,7 +399,8 @@ def test_default_max_event_size_is_16_mib() -> None:
     [
         (b"data: ok\n\ndata: 0123456789\n\n", 17, 10, ["ok"]),  # complete, 18 bytes
         (b"data: ok\n\ndata: 0123456789", 15, 10, ["ok"]),  # still growing
-        (b"data: ok\r\n\r\ndata: 01234567\r\n\r\n", 17, 11, ["ok"]),  # LF + 14 + CR LF CR
+        (b"data: ok\r\n\r\ndata: 01234567\r\n\r\n", 17, 12, ["ok"]),  # 14 + CR LF CR LF
+        (b"data: ok\r\n\r\ndata: 0123456\r\n\r\n", 16, 12, ["ok"]),  # 17: its last LF counts
         (b"data: ok\n\n: a comment that is far too long\n\n", 20, 10, ["ok"]),
     ],
 )
@@ -259,6 +417,9 @@ def test_an_event_of_exactly_the_limit_passes() -> None:
     out = tr(lambda: SSEDecoder(max_event_size=13), b"data: 01234\n\ndata: 01234\n\n")
     assert out.error is None
     assert [event.nbytes for event in out.frames] == [13, 13]
+    out = tr(lambda: SSEDecoder(max_event_size=17), b"data: 0123456\r\n\r\n" * 2)
+    assert out.error is None
+    assert [event.nbytes for event in out.frames] == [17, 17]
 
 
 # -- misuse -------------------------------------------------------------------------------------

@@ -86,9 +86,9 @@ def test_named_blocks_lf_take_the_hot_path() -> None:
 
 CRLF = b"event: a\r\ndata: x\r\n\r\nevent: bb\r\ndata: y y\r\n\r\nevent: c\r\ndata: \r\n\r\n"
 CRLF_EVENTS = [
-    ev("a", "x", b"event: a\r\ndata: x\r\n\r"),  # the LF of the blank line starts the next block
-    ev("bb", "y y", b"\nevent: bb\r\ndata: y y\r\n\r"),
-    ev("c", "", b"\nevent: c\r\ndata: \r\n\r"),
+    ev("a", "x", b"event: a\r\ndata: x\r\n\r\n"),  # the whole CR LF of the blank line
+    ev("bb", "y y", b"event: bb\r\ndata: y y\r\n\r\n"),
+    ev("c", "", b"event: c\r\ndata: \r\n\r\n"),
 ]
 
 
@@ -97,19 +97,26 @@ def test_named_blocks_crlf(path: str) -> None:
     with sse_paths(path):
         out = tr(SSEDecoder, CRLF, sse_stream_state)
     assert exact(out.frames) == CRLF_EVENTS
-    assert [event.nbytes for event in out.frames] == [20, 24, 20]
+    assert [event.nbytes for event in out.frames] == [21, 24, 20]
+    assert sum(event.nbytes for event in out.frames) == len(CRLF) == 65
     assert out.state == ("", None, b"", 65)
 
 
 def test_named_blocks_crlf_take_the_hot_path() -> None:
     assert whole(CRLF) == (CRLF_EVENTS, [])
-    # A later read: its first block starts with the LF swallowed from the last one's CR LF.
+    # A read that ends at the CR of a blank line holds its block; the next read starts with
+    # its LF, and dispatches it with the blocks it completes, on the hot path.
     decoder = SSEDecoder()
-    assert exact(decoder.receive_data(b"event: a\r\ndata: x\r\n\r")) == [CRLF_EVENTS[0]]
     with general_reads() as reads:
+        assert decoder.receive_data(b"event: a\r\ndata: x\r\n\r") == []
         events = decoder.receive_data(b"\nevent: bb\r\ndata: y y\r\n\r\nevent: c\r\nda")
-    assert (exact(events), reads) == ([CRLF_EVENTS[1]], [])
-    assert decoder.bytes_received == 20 + 37
+        assert (exact(events), reads) == (CRLF_EVENTS[:2], [])
+        # A later read that ends at such a CR returns the blocks before it, and holds it.
+        events = decoder.receive_data(b"ta: \r\n\r")
+        assert (events, reads) == ([], [])
+        assert exact(decoder.receive_data(b"\n")) == [CRLF_EVENTS[2]]
+        assert reads == []
+    assert decoder.bytes_received == 20 + 37 + 8
 
 
 MIXED_LF = (
@@ -132,8 +139,8 @@ MIXED_LF_EVENTS = [
 ]
 MIXED_CRLF = MIXED_LF.replace(b"\n", b"\r\n")
 MIXED_CRLF_EVENTS = [
-    ev(event.event, event.data, b"\n" * (i > 0) + event.raw.replace(b"\n", b"\r\n")[:-1])
-    for i, event in enumerate(ServerSentEvent(*fields) for fields in MIXED_LF_EVENTS)
+    ev(event.event, event.data, event.raw.replace(b"\n", b"\r\n"))
+    for event in (ServerSentEvent(*fields) for fields in MIXED_LF_EVENTS)
 ]
 
 
@@ -148,14 +155,15 @@ def test_named_and_lone_data_blocks_mixed(body: bytes, events: list[tuple], path
         out = tr(SSEDecoder, body, sse_stream_state)
     assert exact(out.frames) == events
     assert out.state == ("", None, b"", len(body))
-    assert sum(event.nbytes for event in out.frames) == len(body) - (body.endswith(b"\r\n"))
+    assert sum(event.nbytes for event in out.frames) == len(body)
+    assert b"".join(event.raw for event in out.frames) == body
 
 
 @pytest.mark.parametrize(
     ("body", "events", "named_first"),
     [
         (MIXED_LF, MIXED_LF_EVENTS, ev("e", "3", b"event: e\ndata: 3\n\n")),
-        (MIXED_CRLF, MIXED_CRLF_EVENTS, ev("e", "3", b"event: e\r\ndata: 3\r\n\r")),
+        (MIXED_CRLF, MIXED_CRLF_EVENTS, ev("e", "3", b"event: e\r\ndata: 3\r\n\r\n")),
     ],
     ids=["LF", "CRLF"],
 )
@@ -215,7 +223,7 @@ FALLBACKS = {
     ),
     "empty name, CRLF": (
         b"event: \r\ndata: x\r\n\r\n",
-        [ev("message", "x", b"event: \r\ndata: x\r\n\r")],
+        [ev("message", "x", b"event: \r\ndata: x\r\n\r\n")],
     ),
     "event: without the space": (
         b"event:e\ndata: x\n\n",
@@ -255,7 +263,7 @@ FALLBACKS = {
     ),
     "LF then CRLF": (
         b"event: e\ndata: x\r\n\r\n",
-        [ev("e", "x", b"event: e\ndata: x\r\n\r")],
+        [ev("e", "x", b"event: e\ndata: x\r\n\r\n")],
     ),
     "a blank line first": (
         b"\nevent: e\ndata: x\n\n",
@@ -263,7 +271,7 @@ FALLBACKS = {
     ),
     "CR CR after CR LF CR LF": (
         b"event: a\r\ndata: x\r\n\r\ndata: y\r\r",
-        [ev("a", "x", b"event: a\r\ndata: x\r\n\r"), ev("message", "y", b"\ndata: y\r\r")],
+        [ev("a", "x", b"event: a\r\ndata: x\r\n\r\n"), ev("message", "y", b"data: y\r\r")],
     ),
 }
 

@@ -119,8 +119,8 @@ def test_an_8_mib_line_in_1_kib_reads_is_linear_and_bounded(head: bytes, end: by
     peak = peak_of(lambda: result.append(scanned(SSEDecoder(), reads)))
     assert peak < (4 if b"\n" in head else 3) * size
     work, events = result[0]
-    # With CRLF the block ends at the CR of its blank line; the last LF is nobody's.
-    raw = body[:-1] if end == b"\r\n\r\n" else body
+    # With CRLF too the block takes the whole CR LF of its blank line: it is the whole body.
+    raw = body
     assert events == [
         ServerSentEvent(
             event="big" if b"event" in head else "message",
@@ -164,9 +164,11 @@ def test_20_000_crlf_events_with_fields_in_1_byte_reads_take_linear_work() -> No
         data="v",
         id="19999",
         block_id="19999",
-        nbytes=1 + 11 + 10 + 9 + 1,
-        raw=b"\nid: 19999\r\nevent: e\r\ndata: v\r\n\r",
+        nbytes=11 + 10 + 9 + 2,
+        raw=b"id: 19999\r\nevent: e\r\ndata: v\r\n\r\n",
     )
+    assert events[-1].raw == b"id: 19999\r\nevent: e\r\ndata: v\r\n\r\n"
+    assert sum(event.nbytes for event in events) == len(body)
     assert work < 12 * len(body)  # about 9 per byte: a block of several lines, line by line
 
 

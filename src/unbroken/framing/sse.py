@@ -5,9 +5,14 @@ complete block is decoded once: CR and LF never occur inside a multi-byte UTF-8 
 character can straddle a block boundary and no carry is needed.
 
 Line endings are CRLF, LF or a lone CR. A CR that ends one read ends its line at once; if the next
-read starts with LF, that LF is the second half of a CRLF and is swallowed. So that every chunking
-gives identical events, the LF of a CRLF that *ends an event* is always counted in the next block's
-``nbytes`` (an event dispatched on its CR cannot wait for an LF that may never come).
+read starts with LF, that LF is the second half of a CRLF and is swallowed. ``nbytes`` and ``raw``
+cover a block with its terminator, by a rule on the bytes alone (so every chunking agrees): a block
+that ends in LF CR (as in every CRLF stream) also takes the LF after that CR, if one follows, so
+the blocks of a CRLF or LF body add up to it. A read that ends at such a CR *holds* the block until
+the next read's first byte shows whether an LF follows; EOF dispatches it as it is. That LF counts
+toward ``max_event_size`` like any byte of its block. A block that ends in CR CR (CR-only line
+ends), or a blank line that starts a block, is dispatched at its CR at once; an LF after it is
+swallowed as the next block's first byte.
 
 Where blocks end: every CR or LF ends a line, except that CR LF together end one line. So two
 line-ending bytes in a row other than CR LF -- ``\\n\\n``, ``\\n\\r`` or ``\\r\\r`` -- mean the
@@ -19,7 +24,7 @@ ending is only appended. The buffer is never searched again, and copied only whe
 is complete, so the work is linear for any chunking.
 
 Two paths decode complete blocks. The hot path takes a read whose complete blocks are all single
-``data: `` lines (LF LF or CR LF CR terminated: OpenAI-style deltas), or ``event: NAME`` +
+``data: `` lines (LF LF or CR LF CR LF terminated: OpenAI-style deltas), or ``event: NAME`` +
 ``data: VALUE`` lines (Anthropic Messages, OpenAI Responses), mixed freely with the first kind: it
 splits them on the separators between such lines and proves the shape as it goes (a name or
 value holding a line ending means some block had another one). Anything else -- other fields,
@@ -73,6 +78,7 @@ class SSEDecoder(NamedBlocks):
         "_buf",
         "_decode",
         "_head",
+        "_held",
         "_plain",
         "_state",
         "_swallow_lf",
@@ -100,6 +106,7 @@ class SSEDecoder(NamedBlocks):
         self._base = 0  # stream offset of self._buf[0]
         self._head: bytes | None = b""  # first bytes while a BOM may still be arriving
         self._swallow_lf = False  # the last block ended on a CR: an LF at self._buf[0] is its pair
+        self._held = False  # self._buf is a block that ends in LF CR, waiting for the next byte
         self._cr = False  # a CR was seen: search all three kinds of block end, not just LF LF
         self._state = _OPEN
         self._plain = False  # open and past the BOM: a read without a line end is just appended
@@ -156,11 +163,17 @@ class SSEDecoder(NamedBlocks):
         else:
             if self._state is not _OPEN:
                 raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
-            rest = self._take_head(bytes(data))
-            if rest is None:
-                return []  # the body so far is the start of a BOM
+            if not self._held:
+                rest = self._take_head(bytes(data))
+                if rest is None:
+                    return []  # the body so far is the start of a BOM
+                self._plain = True
+                return self.receive_data(rest)
+            # The buffer is a block held at its CR: this read's first byte decides its end.
+            if not data:
+                return []
+            data = bytes(data)
             self._plain = True
-            return self.receive_data(rest)
         cr = self._cr
         if not cr and _CR in data:
             cr = self._cr = True
@@ -174,7 +187,21 @@ class SSEDecoder(NamedBlocks):
         pair = b"\n\r" if cr else b"\n\n"
         end = data.rfind(pair)
         if end < 0:
-            if not (buf and buf[-1] == _LF and data[0] == pair[1]) or len(buf) > _SMALL:
+            if len(buf) > _SMALL:
+                return self._receive(data)
+            if buf and buf[-1] == _LF and data[0] == pair[1]:
+                if len(data) == 1 and cr:
+                    # The read ends at the CR of LF CR: hold the block (the next byte decides).
+                    buf += data
+                    self._held = True
+                    self._plain = False
+                    if len(buf) > self._max:
+                        self._end(_FAILED)
+                        raise self._too_large(self._base)
+                    return []
+            elif self._held:
+                end = -2  # the held block's LF CR ends the buffer
+            else:
                 return self._receive(data)
         elif len(buf) > _SMALL:
             return self._receive(data)
@@ -183,12 +210,15 @@ class SSEDecoder(NamedBlocks):
             joined = b"".join((buf, data))
         else:
             joined = data
+        after = end + 2  # past the last block end
         if cr:
             if end < 1 or joined[end - 1] != _CR:
                 return self._receive(data)
+            if joined[after : after + 1] == b"\n":
+                after += 1  # the last block takes the LF after its CR
             # A later block end of another kind (LF LF, CR CR) would be in the unfinished tail,
             # or a line ending at its start (past the LF of the last CR LF CR).
-            rest = joined[end + 3 :] if joined[end + 2 : end + 3] == b"\n" else joined[end + 2 :]
+            rest = joined[after:]
             if (_LF in rest or _CR in rest) and (
                 rest[:1] in _LINE_ENDS or b"\n\n" in rest or b"\r\r" in rest
             ):
@@ -196,13 +226,13 @@ class SSEDecoder(NamedBlocks):
             lead = 1 if self._swallow_lf and joined[0] == _LF else 0
             value_end = end - 1
             sep = b"\r\n\r\ndata: "
-            size = 9 + lead  # the first block: [LF] "data: " value CR LF CR
+            size = 10 + lead  # the first block: [LF] "data: " value CR LF CR LF
         else:
             lead = 0
             value_end = end
             sep = b"\n\ndata: "
             size = 8  # "data: " value LF LF
-        if end + 2 > self._max:
+        if after > self._max:
             return self._receive(data)
         events: list[ServerSentEvent] = []
         start = 0
@@ -211,13 +241,13 @@ class SSEDecoder(NamedBlocks):
                 last_id = self._last_event_id
                 new, cls, decode = new_event, ServerSentEvent, self._decode
                 append = events.append
-                later = len(sep)  # a later block: [LF] "data: " value LF [CR], as long as sep
+                later = len(sep)  # a later block: "data: " value, then LF LF or CR LF CR LF
                 for value in joined[lead + 6 : value_end].split(sep):
                     if _LF in value or (cr and _CR in value):
                         # This block, or one after it, has another shape. If an "event:"
                         # block follows it, the named-event path takes over from here.
                         if EVENT_SEP[cr] in value:
-                            lead = lead if start == 0 else cr
+                            lead = lead if start == 0 else 0
                             start = self._event_blocks(joined, start, lead, value_end, cr, events)
                         else:
                             start = -1
@@ -233,9 +263,24 @@ class SSEDecoder(NamedBlocks):
             start = -1
         if start < 0:
             return self._receive(data)  # the general path decodes it (and finds any error)
+        held = False
+        if start > after:
+            # Every block was counted with the LF after its CR LF CR; the last one has none.
+            last = events.pop()
+            if after == len(joined):
+                held = True  # the read ends at its CR: the next byte decides
+                start -= last[5]
+            else:
+                start = after
+                events.append(new_event(ServerSentEvent, (*last[:5], last[5] - 1,
+                                                          last[6][:-1])))  # fmt: skip
         self._buf = tail = bytearray(joined[start:])
         self._base += start
-        self._swallow_lf = cr
+        if start:
+            self._swallow_lf = joined[start - 1] == _CR
+        self._held = held
+        if held:
+            self._plain = False
         if len(tail) > self._max:
             self._end(_FAILED)
             raise self._too_large(self._base, events)
@@ -249,6 +294,8 @@ class SSEDecoder(NamedBlocks):
             self._unterminated = self._head  # the body was only part of a BOM
             self._head = None
             return []
+        # A block held at its CR is complete: no LF follows it (an empty read is EOF to _cut).
+        events = self._receive(b"") if self._held else []
         tail = bytes(self._buf)
         if self._swallow_lf and tail[:1] == b"\n":
             tail = tail[1:]
@@ -262,7 +309,7 @@ class SSEDecoder(NamedBlocks):
                 value = line[6:].removeprefix(" ")
                 if line.startswith("retry:") and value.isascii() and value.isdigit():
                     self._retry = int(value)
-        return []
+        return events
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -309,6 +356,8 @@ class SSEDecoder(NamedBlocks):
             end += searched + 2
         elif searched and data and (buf[-1], data[0]) in _PAIRS:
             end = searched + 1
+        elif self._held:
+            end = searched  # the held block: this read's first byte says if it takes an LF
         buf += data
         if end < 0:
             # No pair; but a line ending at the start of a block is a blank line by itself.
@@ -319,6 +368,10 @@ class SSEDecoder(NamedBlocks):
                 if len(buf) > self._max:
                     raise self._too_large(self._base)
                 return
+        # An LF after the last block's CR goes with the region: that block takes it if it ends
+        # in LF CR; if not, it is given back as the next block's swallowed LF.
+        if end < len(buf) and buf[end] == _LF and buf[end - 1] == _CR:
+            end += 1
         if end == len(buf):
             region = bytes(buf)
             buf.clear()
@@ -330,6 +383,17 @@ class SSEDecoder(NamedBlocks):
         swallow_lf = self._swallow_lf
         self._base = base + end
         self._swallow_lf = region[-1] == _CR
-        self._blocks(region, base, swallow_lf, events)
+        self._held = False
+        # Hold a last block that ends in LF CR if nothing after it has arrived yet (and this is
+        # not EOF, the only empty read that comes here).
+        took = self._blocks(region, base, swallow_lf, events, not buf and data != b"")
+        if took < end:
+            # A held block, or an LF for the next block to swallow: back to the buffer.
+            buf[:0] = region[took:]
+            self._base = base + took
+            self._swallow_lf = region[took - 1] == _CR if took else swallow_lf
+            if region[-1] == _CR:
+                self._held = True
+                self._plain = False
         if len(buf) > self._max:
             raise self._too_large(self._base)

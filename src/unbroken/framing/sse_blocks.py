@@ -18,8 +18,11 @@ __all__ = ["BlockReader", "ServerSentEvent"]
 _CR, _LF, _COLON = 0x0D, 0x0A, 0x3A
 # The first block end at or after a position, in a region that contains a CR.
 _BLOCK_END = re.compile(rb"\n[\r\n]|\r\r")
-# What follows the first line of a block that has no other: its line end and the blank line.
-_LAST_LINE_ENDS = frozenset({b"\n\n", b"\n\r", b"\r\r", b"\r\n\r", b"\r\n\n"})
+# What follows the first line of a block that has no other: its line end and the blank line
+# (with the LF after a CR that follows an LF, see ``SSEDecoder``).
+_LAST_LINE_ENDS = frozenset(
+    {b"\n\n", b"\n\r", b"\n\r\n", b"\r\r", b"\r\n\r", b"\r\n\r\n", b"\r\n\n"}
+)
 # Blocks and values up to this size are sliced out and decoded; longer ones are decoded in place.
 _COPY_LIMIT = 1 << 16
 # Regions of complete blocks without CR up to this size are read as one list of lines.
@@ -92,19 +95,38 @@ class BlockReader:
         )
 
     def _blocks(
-        self, region: bytes, base: int, swallow_lf: bool, events: list[ServerSentEvent]
-    ) -> None:
-        """Decode a region of complete blocks one block at a time (any shape)."""
+        self,
+        region: bytes,
+        base: int,
+        swallow_lf: bool,
+        events: list[ServerSentEvent],
+        hold: bool = False,
+    ) -> int:
+        """Decode a region of complete blocks one block at a time (any shape).
+
+        A block that ends in LF CR also takes the LF after its CR, if one follows. ``hold``:
+        no byte after the region has arrived yet, so a last block that ends in LF CR is held
+        (not decoded). The region may end with an LF after a CR that ends a block; a block that
+        does not take it leaves it to the next one (a swallowed LF). Returns where the blocks
+        read end: the region's length, or where the held block or that LF starts.
+        """
         size = len(region)
         lf_only = not self._cr or _CR not in region
         if lf_only and size <= _LINES_LIMIT and size <= self._max and region[0] != _LF:
             self._lf_lines(region, base, events)  # no block can be huge or over the limit
-            return
+            return size
         start = 0
         while start < size:
             text = start + 1 if swallow_lf and region[start] == _LF else start
+            if text == size:
+                break  # only the LF after the last block's CR: the next block swallows it
             if region[text] in (_CR, _LF):
                 end = text + 1  # a blank line at the start of a block: nothing to interpret
+                if text > start and region[text] == _CR:  # a swallowed LF, then CR: LF CR
+                    if end < size:
+                        end += region[end] == _LF
+                    elif hold:
+                        break
             else:
                 if lf_only:
                     end = region.find(b"\n\n", text) + 2
@@ -112,6 +134,14 @@ class BlockReader:
                     match = _BLOCK_END.search(region, text)
                     assert match is not None  # the region ends at a block end
                     end = match.end()
+                    if region[end - 1] == _CR and region[end - 2] == _LF:
+                        # It ends in LF CR: the LF after that CR, if one follows, is its own.
+                        if end < size:
+                            end += region[end] == _LF
+                        elif hold:
+                            if end - start > self._max:
+                                raise self._too_large(base + start)
+                            break  # the next byte decides whether it takes an LF
                 if end - start > self._max:
                     raise self._too_large(base + start)
                 try:
@@ -122,6 +152,7 @@ class BlockReader:
                     events.append(event)
             swallow_lf = region[end - 1] == _CR
             start = end
+        return start
 
     def _lf_lines(self, region: bytes, base: int, events: list[ServerSentEvent]) -> None:
         """Decode a small region of complete blocks without CR as one list of lines.

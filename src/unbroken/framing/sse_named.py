@@ -66,7 +66,7 @@ class NamedBlocks(BlockReader):
             start = self._data_lines(joined, start, lead, pieces[0].split(data_sep), cr, events)
             if start < 0:
                 return -1
-            lead = cr
+            lead = 0
             del pieces[0]
         else:
             return -1
@@ -75,10 +75,11 @@ class NamedBlocks(BlockReader):
         append = events.append
         # The "event" field rule (the type is the value, "message" if it is empty) lives in
         # sse_blocks; only non-empty names come here, so the type is the name as it stands.
-        # A block is [LF] "event: " NAME name_end VALUE, then LF LF or CR LF CR: a piece
-        # (NAME name_end VALUE) and this much.
+        # A block is "event: " NAME name_end VALUE, then LF LF or CR LF CR LF (the first one
+        # after ``lead`` swallowed LFs): a piece (NAME name_end VALUE) and this much. The last
+        # one may have no LF after its CR (yet): ``receive_data`` corrects it.
         later = 11 if cr else 9
-        size = later - cr + lead
+        size = later + lead
         lf = _LF
         for piece in pieces:
             name, found, value = piece.partition(name_end)
@@ -92,7 +93,7 @@ class NamedBlocks(BlockReader):
                 stop = start + size + len(name) + len(name_end) + len(value)
                 append(new(cls, (decode(name), decode(value), last_id, None, None, stop - start,
                                  joined[start:stop])))  # fmt: skip
-                start = self._data_lines(joined, stop, cr, lone, cr, events)
+                start = self._data_lines(joined, stop, 0, lone, cr, events)
                 if start < 0:
                     return -1
                 size = later
@@ -118,7 +119,7 @@ class NamedBlocks(BlockReader):
         ``values`` are the blocks' values, the first block at ``start`` preceded by ``lead``
         swallowed LFs. Returns where the last one ends, or -1 if a value holds a line ending.
         """
-        later, size = (1, 9) if cr else (0, 8)  # [LF] "data: " VALUE, then LF LF or CR LF CR
+        size = 10 if cr else 8  # "data: " VALUE, then LF LF or CR LF CR LF
         last_id = self._last_event_id
         for value in values:
             if _LF in value or (cr and _CR in value):
@@ -128,5 +129,5 @@ class NamedBlocks(BlockReader):
                                                       None, None, stop - start,
                                                       joined[start:stop])))  # fmt: skip
             start = stop
-            lead = later
+            lead = 0
         return start
