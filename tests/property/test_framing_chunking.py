@@ -280,10 +280,20 @@ def reference_ndjson(body: bytes, limit: int) -> Outcome:
     return Outcome(frames=tuple(frames), text="", error=error, state=None)
 
 
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(VALUE_CHARS, max_size=6),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
-    max_leaves=6,
+# Two levels of nesting, spelled out: st.recursive checks its extend function by reading its
+# source, and that check has failed at random on a lambda that does recurse (hypothesis 6.170).
+_SCALARS = (
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(VALUE_CHARS, max_size=6)
+)
+_NESTED = (
+    _SCALARS
+    | st.lists(_SCALARS, max_size=3)
+    | st.dictionaries(st.text(max_size=3), _SCALARS, max_size=3)
+)
+JSON_VALUES = (
+    _NESTED
+    | st.lists(_NESTED, max_size=3)
+    | st.dictionaries(st.text(max_size=3), _NESTED, max_size=3)
 )
 
 
