@@ -1,4 +1,6 @@
-"""The journal interface, run against both implementations (memory and a real SQLite file)."""
+"""The journal interface, run against every implementation: memory, a real SQLite file, and a
+real redis-server (``RedisJournal``; its multi-process behaviour is in ``test_journal_redis.py``).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from unbroken.proxy.journal import (
     FrameRecord,
     Journal,
     MemoryJournal,
+    RedisJournal,
     SQLiteJournal,
     StreamMeta,
     StreamState,
@@ -28,9 +31,12 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
-    store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'j.db'}"
+    if request.param == "redis":
+        store: str = request.getfixturevalue("redis_url")
+    else:
+        store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'j.db'}"
     opened = journal_for(store, tail_frames=4)
     await opened.open()
     try:
@@ -284,8 +290,16 @@ def test_journal_for_rejects_unknown_stores() -> None:
     sqlite_journal = journal_for("sqlite:////tmp/x.db")
     assert isinstance(sqlite_journal, SQLiteJournal)
     assert sqlite_journal.path == "/tmp/x.db"
-    with pytest.raises(ValueError, match="unknown store 'redis://x'"):
-        journal_for("redis://x")
+    redis_journal = journal_for("redis://127.0.0.1:6390/2?prefix=app1:")
+    assert isinstance(redis_journal, RedisJournal)
+    assert (redis_journal.url, redis_journal.prefix) == ("redis://127.0.0.1:6390/2", "app1:")
+    with pytest.raises(ValueError, match="unknown store 'postgres://x'"):
+        journal_for("postgres://x")
+    # A password in an unknown store URL is not repeated in the error.
+    with pytest.raises(ValueError, match=r"unknown store 'mysql://\*\*\*@db:3306/x'"):
+        journal_for("mysql://user:hunter2@db:3306/x")
+    with pytest.raises(ValueError, match="prefix"):
+        journal_for("redis://127.0.0.1:6390/0?prefix=a{b}")
     with pytest.raises(ValueError):
         journal_for("sqlite:///")
 

@@ -1,7 +1,9 @@
 """The proxy's journal: one interface (``Journal``), a memory and a SQLite implementation.
 
-``journal_for(store)`` builds one from a store URL: ``memory://`` or ``sqlite:///path.db``
-(``sqlite:////abs/path.db`` for an absolute path; a relative path is from the working directory).
+``journal_for(store)`` builds one from a store URL: ``memory://``, ``sqlite:///path.db``
+(``sqlite:////abs/path.db`` for an absolute path; a relative path is from the working directory),
+or ``redis://host:6379/0`` / ``rediss://...`` (``RedisJournal``, shared by replicas; needs the
+``redis`` extra; ``?prefix=`` sets the key prefix).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .base import (
 )
 from .live import LiveTail
 from .memory import MemoryJournal
+from .redis_streams import RedisJournal
 from .sqlite import SQLiteJournal
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "Lease",
     "LiveTail",
     "MemoryJournal",
+    "RedisJournal",
     "SQLiteJournal",
     "StreamMeta",
     "StreamRecord",
@@ -43,4 +47,14 @@ def journal_for(store: str, *, tail_frames: int = 256) -> Journal:
     prefix = "sqlite:///"
     if store.startswith(prefix) and len(store) > len(prefix):
         return SQLiteJournal(store[len(prefix) :], tail_frames=tail_frames)
-    raise ValueError(f"unknown store {store!r}: use memory:// or sqlite:///path.db")
+    if store.startswith(("redis://", "rediss://")):
+        return RedisJournal(store, tail_frames=tail_frames)
+    raise ValueError(f"unknown store {_shown(store)!r}: use memory://, sqlite:///path.db or "
+                     "redis://host:6379/0")
+
+
+def _shown(store: str) -> str:
+    """The store URL without a password, for error messages."""
+    scheme, sep, rest = store.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}***@{host}" if at and ":" in userinfo else store

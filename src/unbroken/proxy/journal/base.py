@@ -7,9 +7,11 @@ fold the appends of many streams into one group commit) and ``append`` for the l
 it awaits. Readers call ``follow``: frames after a seq from storage, then the live tail as it
 lands, woken by an in-process notification (``LiveTail``), never by sleep-polling.
 
-Room left for later (issue 7): the SQLite schema is versioned (``PRAGMA user_version``) for new
-columns such as an idempotency key or a producer lease; ``unfinished()`` is where crash recovery
-starts; a Redis Streams journal would override ``follow`` to block on the stream itself.
+Several processes: the memory and SQLite journals follow only streams produced in their own
+process (``follows_other_processes`` is false: a reader of another process's stream gets what is
+stored). ``RedisJournal`` is shared by replicas: its ``follow`` blocks on Redis for a stream
+produced elsewhere, hands a stream whose producer's lease ran out to ``on_orphan``, and carries
+cancel requests to the producing replica (``request_cancel`` -> ``on_cancel``).
 
 Nothing secret is ever stored: credentials and stream tokens only as SHA-256 hashes.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -152,11 +154,18 @@ class StreamRecord:
 class Journal(ABC):
     """Persistence for streams and frames, plus the in-process live tails that wake readers."""
 
+    follows_other_processes = False
+    """Whether ``follow`` serves the live tail of a stream another process produces."""
+
     def __init__(self, *, tail_frames: int = 256) -> None:
         self._tails: dict[str, LiveTail] = {}
         self.is_open = False
         self._tail_frames = tail_frames
         self.observer: JournalObserver | None = None
+        # Set by the proxy: a stream whose producer elsewhere is gone (its lease ran out), met
+        # by a reader; and a cancel request for a stream, from any process (shared journals).
+        self.on_orphan: Callable[[str], Awaitable[object]] | None = None
+        self.on_cancel: Callable[[str], None] | None = None
 
     # -- storage (one implementation per backend) ---------------------------------------------
 
@@ -292,6 +301,11 @@ class Journal(ABC):
         Each leaves a ``Tombstone``, itself purged by the next ``expire`` one retention later
         (tombstones older than ``older_than``)."""
         return await self._purge(older_than, frozenset(self._tails))
+
+    async def request_cancel(self, stream_id: str) -> bool:
+        """Ask the process producing the stream to cancel it; whether the request could be
+        sent (only a journal shared by several processes can: this one cannot)."""
+        return False
 
     @abstractmethod
     async def tombstone(self, stream_id: str) -> Tombstone | None:

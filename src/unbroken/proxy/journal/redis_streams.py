@@ -1,0 +1,456 @@
+"""``RedisJournal``: streams in Redis Streams, shared by several proxy processes (replicas).
+
+``--store redis://host:6379/0`` (``rediss://`` for TLS, ``?prefix=`` for the key prefix, default
+``unbroken:``). Every proxy pointed at the same Redis serves every stream: a client whose
+reconnect lands on another replica than the one reading the upstream gets exactly the frames
+after its ``Last-Event-ID``, then the live tail, with no upstream request.
+
+- Writes are group-committed: every append made in one turn of the event loop goes to Redis in
+  one pipeline, one Lua script per append (``redis_scripts.py``), so each lands whole or not at
+  all and a frame whose seq is not the next is refused.
+- A stream produced in this process is followed through its in-process ``LiveTail`` as in the
+  other journals. Another process's stream is followed with ``XREAD BLOCK`` on its frames and on
+  its ends stream: woken by Redis itself when frames or the end land, never by sleep-polling.
+- A reader idle for a while checks the stream's producer lease; an expired one is handed to
+  ``on_orphan`` (the proxy's recovery, which marks the stream interrupted with an error frame).
+- ``request_cancel`` publishes on a channel every replica listens to; the one producing the
+  stream stops it (``on_cancel``), so the producer itself writes the cancelled end.
+
+Not for Redis Cluster: a lease renewal and a purge touch keys of many streams. Nothing secret is
+stored: credentials and tokens only as SHA-256 hashes; a password in the URL stays in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, Awaitable, Sequence
+from dataclasses import replace
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ...finish import END_STATES, Status
+from . import redis_scripts
+from .base import (
+    FOLLOW_BATCH,
+    FrameRecord,
+    Journal,
+    Lease,
+    StreamMeta,
+    StreamRecord,
+    StreamState,
+    Tombstone,
+)
+
+__all__ = ["ORPHAN_CHECK", "RedisJournal"]
+
+ORPHAN_CHECK: Final = 5.0  # seconds a blocked reader waits before it looks at the lease
+_ENDED: Final = frozenset(status.value for status in END_STATES)
+log = logging.getLogger("unbroken.proxy")
+
+Entry = tuple[bytes, dict[bytes, bytes]]
+
+
+class RedisJournal(Journal):
+    """Streams and frames in one Redis; any number of proxy processes may share it."""
+
+    follows_other_processes = True
+
+    def __init__(self, url: str, *, tail_frames: int = 256) -> None:
+        super().__init__(tail_frames=tail_frames)
+        self.url, self.prefix = _split_prefix(url)
+        self.commits = 0  # pipelines committed (for tests and benchmarks)
+        self._redis: Any = None
+        self._pubsub: Any = None
+        self._listener: asyncio.Task[None] | None = None
+        self._shas: dict[str, str] = {}
+        self._pending: list[tuple[str, Sequence[FrameRecord], StreamState,
+                                  asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def _key(self, stream_id: str, kind: str) -> str:
+        return f"{self.prefix}{{{stream_id}}}:{kind}"
+
+    def _global(self, name: str) -> str:
+        return self.prefix + name
+
+    @property
+    def _channel(self) -> str:
+        return self.prefix + "cancel"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        import redis.asyncio  # the I/O dependency, only when a Redis store is used
+
+        self._redis = redis.asyncio.Redis.from_url(
+            self.url, decode_responses=False, socket_connect_timeout=5, socket_keepalive=True,
+            health_check_interval=30,
+        )
+        await self._load_scripts()
+        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.subscribe(self._channel)
+        self._listener = asyncio.get_running_loop().create_task(
+            self._listen(), name="unbroken-journal-cancels")
+        await super().open()
+
+    async def close(self) -> None:
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        if self._pubsub is not None:
+            await self._pubsub.aclose()
+            self._pubsub = None
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+        await super().close()
+
+    async def _load_scripts(self) -> None:
+        for name in ("CREATE", "APPEND", "PURGE", "PURGE_TOMBSTONES", "SET_LEASE", "RENEW"):
+            self._shas[name] = await self._redis.script_load(getattr(redis_scripts, name))
+
+    async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script by its hash, loading the scripts again if Redis lost them (restart)."""
+        from redis.exceptions import NoScriptError
+
+        if self._redis is None:
+            raise RuntimeError("the journal is not open")
+        try:
+            return await self._redis.evalsha(self._shas[name], len(keys), *keys, *args)
+        except NoScriptError:
+            await self._load_scripts()
+            return await self._redis.evalsha(self._shas[name], len(keys), *keys, *args)
+
+    async def _listen(self) -> None:
+        """Cancel requests from every replica; the one producing the stream acts on it."""
+        while True:
+            try:
+                async for message in self._pubsub.listen():
+                    if message.get("type") == "message" and self.on_cancel is not None:
+                        self.on_cancel(bytes(message["data"]).decode())
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a lost connection: redis-py reconnects and resubscribes
+                log.exception("journal: the cancel channel failed; listening again")
+                await asyncio.sleep(1.0)
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def _create(self, meta: StreamMeta, state: StreamState, lease: Lease | None) -> None:
+        stream_id = meta.stream_id
+        idem = "" if meta.idempotency_hash is None else self._global(
+            "idem:" + meta.idempotency_hash)
+        owners = "" if lease is None else self._global("owner:" + lease.owner)
+        try:
+            await self._eval("CREATE", [
+                self._key(stream_id, "s"), self._global("unfinished"), self._global("updated"),
+                idem, owners,
+            ], [
+                stream_id, _meta_json(meta), _state_json(state), state.status.value,
+                meta.token_hash, meta.credential_hash or "",
+                "" if lease is None else lease.owner,
+                "" if lease is None else repr(lease.expires),
+                repr(state.updated), "1" if state.ended else "0", meta.idempotency_hash or "",
+            ])
+        except Exception as error:
+            raise _mapped(error) from error
+
+    def _store(
+        self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
+    ) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        if self._redis is None:
+            future.set_exception(RuntimeError("the journal is not open"))
+            return future
+        self._pending.append((stream_id, frames, state, future))
+        if self._flusher is None or self._flusher.done():
+            # Starts on the next turn: everything appended in this one goes in one pipeline.
+            self._flusher = loop.create_task(self._flush(), name="unbroken-journal-commit")
+        return future
+
+    async def _flush(self) -> None:
+        """Send the queued appends, one pipeline per batch, in order; wake readers, then
+        writers. An append Redis refused fails alone; a lost connection fails the batch."""
+        while self._pending:
+            batch, self._pending = self._pending, []
+            started = time.perf_counter()
+            try:
+                results = await self._commit(batch)
+            except Exception as error:
+                for *_, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            self.commits += 1
+            if self.observer is not None:
+                self.observer.committed(time.perf_counter() - started)
+            for (stream_id, frames, state, future), result in zip(batch, results, strict=True):
+                if isinstance(result, Exception):
+                    if not future.done():
+                        future.set_exception(_mapped(result))
+                    continue
+                self._landed(stream_id, frames, state)
+                if not future.done():
+                    future.set_result(None)
+
+    async def _commit(self, batch: Sequence[tuple[str, Sequence[FrameRecord], StreamState,
+                                                  Any]]) -> list[Any]:
+        from redis.exceptions import NoScriptError
+
+        calls = [self._append_call(stream_id, frames, state)
+                 for stream_id, frames, state, _ in batch]
+        results = await self._pipeline(calls)
+        if any(isinstance(result, NoScriptError) for result in results):
+            # Redis restarted and lost its script cache: those appends did not run.
+            await self._load_scripts()
+            again = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+            for i, result in zip(again, await self._pipeline([calls[i] for i in again]),
+                                 strict=True):
+                results[i] = result
+        return results
+
+    def _append_call(self, stream_id: str, frames: Sequence[FrameRecord],
+                     state: StreamState) -> list[Any]:
+        args: list[Any] = [stream_id, _state_json(state), state.status.value,
+                           repr(state.updated), "1" if state.ended else "0", len(frames)]
+        for frame in frames:
+            event = b"" if frame.event is None else b"=" + frame.event.encode()
+            args += [frame.seq, event, frame.data, frame.text.encode()]
+        keys = [self._key(stream_id, kind) for kind in "sfex"]
+        keys += [self._global("unfinished"), self._global("updated")]
+        return [self._shas["APPEND"], len(keys), *keys, *args]
+
+    async def _pipeline(self, calls: Sequence[Sequence[Any]]) -> list[Any]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.evalsha(*call)
+            results: list[Any] = await pipe.execute(raise_on_error=False)
+        return results
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def read_after(self, stream_id: str, seq: int, limit: int) -> list[FrameRecord]:
+        entries = await self._redis.xrange(self._key(stream_id, "f"), min=f"0-{seq + 1}",
+                                           max="+", count=limit)
+        return [_frame(entry) for entry in entries]
+
+    async def get(self, stream_id: str, *, with_text: bool = True) -> StreamRecord | None:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hmget(self._key(stream_id, "s"), "meta", "state", "top")
+            if with_text:
+                pipe.get(self._key(stream_id, "x"))
+            replies = await pipe.execute()
+        meta, state, top = replies[0]
+        if meta is None:
+            return None
+        text = (replies[1] or b"").decode() if with_text else ""
+        stored = _state_from(json.loads(state))
+        if stored.last_seq < int(top):
+            stored = replace(stored, last_seq=int(top))
+        return StreamRecord(meta=_meta_from(json.loads(meta)), state=stored, text=text)
+
+    async def tombstone(self, stream_id: str) -> Tombstone | None:
+        token, cred = await self._redis.hmget(self._key(stream_id, "t"), "token", "cred")
+        if token is None:
+            return None
+        return Tombstone(stream_id=stream_id, token_hash=token.decode(),
+                         credential_hash=cred.decode() or None)
+
+    async def unfinished(self) -> list[str]:
+        members = await self._redis.smembers(self._global("unfinished"))
+        return sorted(member.decode() for member in members)
+
+    async def find_idempotent(self, idempotency_hash: str) -> StreamRecord | None:
+        stream_id = await self._redis.get(self._global("idem:" + idempotency_hash))
+        return None if stream_id is None else await self.get(stream_id.decode(),
+                                                             with_text=False)
+
+    # -- leases and retention -----------------------------------------------------------------
+
+    async def lease(self, stream_id: str) -> Lease | None:
+        owner, expires = await self._redis.hmget(self._key(stream_id, "s"), "owner", "expires")
+        if not owner:
+            return None
+        return Lease(owner.decode(), float(expires))
+
+    async def set_lease(self, stream_id: str, lease: Lease) -> None:
+        try:
+            await self._eval("SET_LEASE", [self._key(stream_id, "s")],
+                             [lease.owner, repr(lease.expires), self.prefix, stream_id])
+        except Exception as error:
+            raise _mapped(error) from error
+
+    async def renew_leases(self, owner: str, expires: float) -> int:
+        renewed: int = await self._eval("RENEW", [self._global("owner:" + owner)],
+                                        [owner, repr(expires), self.prefix])
+        return renewed
+
+    async def _purge(self, older_than: float, keep: frozenset[str]) -> int:
+        now = time.time()
+        await self._eval("PURGE_TOMBSTONES", [self._global("tombstones")],
+                         [repr(older_than), self.prefix])
+        old = await self._redis.zrangebyscore(self._global("updated"), "-inf",
+                                              f"({older_than!r}")
+        purged = 0
+        for raw in old:
+            stream_id = raw.decode()
+            if stream_id in keep:
+                continue
+            keys = [self._key(stream_id, kind) for kind in "sfext"]
+            keys += [self._global(name) for name in ("unfinished", "updated", "tombstones")]
+            purged += await self._eval("PURGE", keys, [stream_id, repr(now), self.prefix])
+        return purged
+
+    # -- other processes ----------------------------------------------------------------------
+
+    async def request_cancel(self, stream_id: str) -> bool:
+        """Ask every replica to stop the stream's producer; whether any replica listens."""
+        receivers: int = await self._redis.publish(self._channel, stream_id)
+        return receivers > 0
+
+    async def follow(
+        self, stream_id: str, after: int, *, keepalive: float | None = None
+    ) -> AsyncGenerator[list[FrameRecord], None]:
+        """As ``Journal.follow``; a stream produced in another process is followed in Redis."""
+        # aclosing: a reader that leaves early closes the inner generator at once (its
+        # ``finally`` detaches from the live tail), not whenever it is garbage-collected.
+        inner = (super().follow(stream_id, after, keepalive=keepalive)
+                 if self._tails.get(stream_id) is not None
+                 else self._follow_shared(stream_id, after, keepalive))
+        async with contextlib.aclosing(inner):
+            async for batch in inner:
+                yield batch
+
+    async def _follow_shared(
+        self, stream_id: str, after: int, keepalive: float | None
+    ) -> AsyncGenerator[list[FrameRecord], None]:
+        frames_key, ends_key = self._key(stream_id, "f"), self._key(stream_id, "e")
+        async with self._redis.pipeline(transaction=True) as pipe:  # one snapshot of both
+            pipe.hget(self._key(stream_id, "s"), "status")
+            pipe.xrevrange(ends_key, "+", "-", count=1)
+            status, last_end = await pipe.execute()
+        if status is None:
+            return
+        ended = status.decode() in _ENDED
+        end_mark = last_end[0][0] if last_end else b"0-0"
+        cursor = after
+        clock = asyncio.get_running_loop().time
+        quiet_since = clock()
+        while True:
+            frames = await self.read_after(stream_id, cursor, FOLLOW_BATCH)
+            if frames:
+                yield frames
+                cursor = frames[-1].seq
+                quiet_since = clock()
+                continue
+            if ended:
+                return
+            wait = ORPHAN_CHECK if keepalive is None else max(
+                0.001, min(ORPHAN_CHECK, keepalive - (clock() - quiet_since)))
+            replies = await self._redis.xread(
+                {frames_key: f"0-{cursor}", ends_key: end_mark},
+                count=FOLLOW_BATCH, block=max(1, round(wait * 1000)))
+            if not replies:
+                if keepalive is not None and clock() - quiet_since >= keepalive:
+                    yield []
+                    quiet_since = clock()
+                await self._check_producer(stream_id)
+                continue
+            for key, entries in replies:
+                if bytes(key).endswith(b":e"):
+                    end_mark = entries[-1][0]
+                    ended = await self._ended(stream_id)
+                elif entries:
+                    batch = [_frame(entry) for entry in entries]
+                    yield batch
+                    cursor = batch[-1].seq
+                    quiet_since = clock()
+
+    async def _ended(self, stream_id: str) -> bool:
+        status = await self._redis.hget(self._key(stream_id, "s"), "status")
+        return status is None or status.decode() in _ENDED
+
+    async def _check_producer(self, stream_id: str) -> None:
+        """A reader waiting on another process's stream: if that producer's lease ran out,
+        hand the stream to ``on_orphan`` (it writes the end the readers then get)."""
+        handler = self.on_orphan
+        if handler is None:
+            return
+        lease = await self.lease(stream_id)
+        if lease is not None and lease.expires <= time.time():
+            outcome: Awaitable[object] = handler(stream_id)
+            await outcome
+
+
+def _split_prefix(url: str) -> tuple[str, str]:
+    """The URL for redis-py without our ``prefix`` parameter, and the prefix."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    prefix = next((value for name, value in query if name == "prefix"), "unbroken:")
+    if not prefix or any(c in prefix for c in "{} "):
+        raise ValueError(f"a Redis key prefix cannot be empty or hold braces or spaces: "
+                         f"{prefix!r}")
+    rest = urlencode([(name, value) for name, value in query if name != "prefix"])
+    return urlunsplit(parts._replace(query=rest)), prefix
+
+
+def _mapped(error: Exception) -> Exception:
+    """A refusal from a script as the exception the other journals raise for it."""
+    message = str(error)
+    if message.startswith(("EXISTS ", "NOSTREAM ")):
+        return KeyError(message.partition(" ")[2])
+    if message.startswith("BADSEQ "):
+        return ValueError(message.partition(" ")[2])
+    return error
+
+
+def _frame(entry: Entry) -> FrameRecord:
+    entry_id, fields = entry
+    event = fields.get(b"e")
+    return FrameRecord(
+        int(bytes(entry_id).partition(b"-")[2]),
+        None if event is None else event.decode(),
+        fields[b"d"],
+        fields.get(b"t", b"").decode(),
+    )
+
+
+def _meta_json(meta: StreamMeta) -> str:
+    return json.dumps({
+        "stream_id": meta.stream_id, "dialect": meta.dialect, "created": meta.created,
+        "media_type": meta.media_type, "token_hash": meta.token_hash,
+        "credential_hash": meta.credential_hash, "request_path": meta.request_path,
+        "response_headers": [list(pair) for pair in meta.response_headers],
+        "idempotency_hash": meta.idempotency_hash, "request_hash": meta.request_hash,
+        "background": meta.background,
+    }, separators=(",", ":"))
+
+
+def _meta_from(data: dict[str, Any]) -> StreamMeta:
+    data["response_headers"] = tuple((name, value) for name, value in data["response_headers"])
+    return StreamMeta(**data)
+
+
+def _state_json(state: StreamState) -> str:
+    return json.dumps({
+        "status": state.status.value, "updated": state.updated, "last_seq": state.last_seq,
+        "finish_reason": state.finish_reason, "raw_finish_reason": state.raw_finish_reason,
+        "usage": state.usage, "error": state.error, "upstream_requests": state.upstream_requests,
+        "provider_id": state.provider_id,
+    }, separators=(",", ":"))
+
+
+def _state_from(data: dict[str, Any]) -> StreamState:
+    data["status"] = Status(data["status"])
+    return StreamState(**data)
