@@ -64,7 +64,8 @@ def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
         parser.add_argument(f"--{provider}", metavar="ORIGIN",
                             help=f"origin for {provider} (default {DEFAULT_ORIGINS[provider]})")
     parser.add_argument("--store", default="sqlite:///unbroken.db",
-                        help="journal: sqlite:///path.db (default unbroken.db) or memory://")
+                        help="journal: sqlite:///path.db (default unbroken.db), memory://, or "
+                             "redis://host:6379/0 shared by several proxy replicas")
     parser.add_argument("--on-disconnect", choices=("keep", "cancel"), default="keep",
                         help="when the last reader leaves: keep generating (default) or cancel")
     parser.add_argument("--cancel-after", type=_duration, metavar="SECONDS",

@@ -43,7 +43,7 @@ from .access import may_read, parse_event_id
 from .config import ProxyConfig
 from .journal import Journal, StreamRecord, journal_for
 from .launcher import Launcher, expired
-from .lease import LeaseKeeper, Recovery, reattachable
+from .lease import LeaseKeeper, Recovery, reattachable, running_elsewhere
 from .limits import Refusal, body_refusal, read_body
 from .logs import install_redaction, log_event
 from .metrics import CONTENT_TYPE, ProxyMetrics
@@ -74,6 +74,9 @@ class ProxyApp:
                                  leases=self.leases, recovery=self.recovery)
         # The live producers of this process, by stream id (the launcher's own dict).
         self.producers = self.launcher.producers
+        # A journal shared with other replicas brings their readers' orphans and cancels here.
+        self.journal.on_orphan = self.recovery.settle
+        self.journal.on_cancel = self._cancel_here
 
     @property
     def draining(self) -> bool:
@@ -109,6 +112,7 @@ class ProxyApp:
         self.launcher.running(self._client)
         expiry = asyncio.get_running_loop().create_task(self._expire_forever())
         renewal = asyncio.get_running_loop().create_task(self.leases.run())
+        sweep = asyncio.get_running_loop().create_task(self._sweep_forever())
         self.ready = True
         log_event("proxy.ready", owner=self.leases.owner, store=config.store.partition(":")[0])
         try:
@@ -118,10 +122,23 @@ class ProxyApp:
             await self.launcher.begin_drain()
             expiry.cancel()
             renewal.cancel()
+            sweep.cancel()
             self.recovery.close()
             await self._client.aclose()
             self._client = None
             await self.journal.close()
+
+    async def _sweep_forever(self) -> None:
+        """With a journal shared by replicas, settle the streams of a replica that died while
+        no reader watched them (readers settle theirs at once); one lease period apart."""
+        if not self.journal.follows_other_processes:
+            return
+        while True:
+            await asyncio.sleep(self.config.lease_ttl)
+            try:
+                await self.recovery.sweep()
+            except Exception:
+                log.exception("recovery sweep failed")
 
     async def _expire_forever(self) -> None:
         while True:
@@ -165,6 +182,8 @@ class ProxyApp:
         if producer is not None and producer.task is not None:
             producer.stop("cancelled")
             await asyncio.wait([producer.task])
+        elif not record.state.ended and await self._cancel_elsewhere(stream_id, record):
+            pass  # its producer, in another replica, wrote the cancelled end
         elif not record.state.ended or reattachable(record):
             await self.journal.set_status(
                 stream_id, replace(record.state, status=Status.CANCELLED, updated=time.time())
@@ -172,6 +191,31 @@ class ProxyApp:
         after = await self.journal.get(stream_id, with_text=True)
         assert after is not None
         return JSONResponse(after.summary())
+
+    def _cancel_here(self, stream_id: str) -> None:
+        """A cancel request from any replica: stop the stream if it is produced here."""
+        producer = self.producers.get(stream_id)
+        if producer is not None:
+            producer.stop("cancelled")
+
+    async def _cancel_elsewhere(self, stream_id: str, record: StreamRecord) -> bool:
+        """Cancel a stream another replica produces: ask it, and wait (one lease period at
+        most) for the end it writes. ``False`` if no other live replica produces it."""
+        lease = await self.journal.lease(stream_id)
+        if not running_elsewhere(lease, self.leases.owner):
+            return False
+        if not await self.journal.request_cancel(stream_id):
+            return False
+        follow = self.journal.follow(stream_id, record.state.last_seq)
+        try:
+            async with asyncio.timeout(self.config.lease_ttl):
+                async for _batch in follow:
+                    pass
+        except TimeoutError:
+            log.warning("stream %s: its producer did not answer a cancel", stream_id)
+        finally:
+            await follow.aclose()
+        return (await self.journal.get(stream_id, with_text=False) or record).state.ended
 
     async def events(self, request: Request) -> Response:
         stream_id = request.path_params["stream_id"]
@@ -294,6 +338,9 @@ class ProxyApp:
         record = await self.journal.get(stream_id, with_text=with_text)
         if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
             return record
+        # A journal that follows other replicas' streams needs no wait: its readers see the
+        # producer's lease run out while they follow (``Journal.on_orphan``).
+        wait = wait and not self.journal.follows_other_processes
         if await self.recovery.settle(stream_id, wait=wait) is None:
             return None
         return await self.journal.get(stream_id, with_text=with_text)

@@ -26,7 +26,7 @@ from .journal import FrameRecord, Journal, Lease, StreamRecord
 from .logs import log_event
 from .wire import error_frame
 
-__all__ = ["REATTACHABLE", "LeaseKeeper", "Recovery", "reattachable"]
+__all__ = ["REATTACHABLE", "LeaseKeeper", "Recovery", "reattachable", "running_elsewhere"]
 
 REATTACHABLE = "proxy_restarted"  # the error type of a stream whose producer is gone
 log = logging.getLogger("unbroken.proxy")
@@ -91,6 +91,21 @@ class Recovery:
                 self._timers.add(timer)
         return marked
 
+    async def sweep(self) -> int:
+        """Settle every unfinished stream whose lease has run out (a journal shared by
+        replicas: one of them died); how many were marked."""
+        marked = 0
+        for stream_id in await self.journal.unfinished():
+            lease = await self.journal.lease(stream_id)
+            if self.journal.tail(stream_id) is None and not running_elsewhere(
+                lease, self.keeper.owner
+            ):
+                before = await self.journal.get(stream_id, with_text=False)
+                after = await self.settle(stream_id)
+                marked += (before is not None and after is not None
+                           and not before.state.ended and after.state.ended)
+        return marked
+
     def _settle_later(self, stream_id: str) -> None:
         task = asyncio.get_running_loop().create_task(self._settle_logged(stream_id))
         self._settling.add(task)
@@ -122,14 +137,14 @@ class Recovery:
             if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
                 return record
             lease = await self.journal.lease(stream_id)
-        if wait and lease is not None and _running_elsewhere(lease, self.keeper.owner):
+        if wait and lease is not None and running_elsewhere(lease, self.keeper.owner):
             await asyncio.sleep(lease.expires - time.time() + 0.01)
         async with self._lock:
             record = await self.journal.get(stream_id, with_text=False)
             if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
                 return record
             lease = await self.journal.lease(stream_id)
-            if _running_elsewhere(lease, self.keeper.owner):
+            if running_elsewhere(lease, self.keeper.owner):
                 return record  # its producer may still be alive in another process
             return await self._interrupt(record, lease)
 
@@ -152,7 +167,7 @@ class Recovery:
         return replace(record, state=interrupted)
 
 
-def _running_elsewhere(lease: Lease | None, owner: str) -> bool:
+def running_elsewhere(lease: Lease | None, owner: str) -> bool:
     """A lease not expired, of another process (this one knows its own producers: a stream
     it leases without a live tail here lost its producer, e.g. to a failed commit)."""
     return lease is not None and lease.owner != owner and lease.expires > time.time()

@@ -1,0 +1,261 @@
+"""``RedisJournal`` as several processes see it: two journals on one real redis-server stand for
+two proxy replicas (the interface every journal keeps is tested in ``test_journal.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import redis.asyncio
+import redis.exceptions
+from tests.redis_server import running_redis
+from tests.unit.test_journal import collect, frames, meta, streaming
+
+from unbroken.finish import Status
+from unbroken.proxy.journal import FrameRecord, Lease, RedisJournal, StreamState
+
+pytestmark = pytest.mark.anyio
+
+WAIT_S = 10.0
+
+
+@pytest.fixture
+async def pair(redis_url: str) -> AsyncIterator[tuple[RedisJournal, RedisJournal]]:
+    """Two journals on one Redis: ``a`` produces, ``b`` is another replica."""
+    a, b = RedisJournal(redis_url, tail_frames=4), RedisJournal(redis_url, tail_frames=4)
+    await a.open()
+    await b.open()
+    try:
+        yield a, b
+    finally:
+        await b.close()
+        await a.close()
+
+
+def completed(last_seq: int) -> StreamState:
+    return StreamState(status=Status.COMPLETED, updated=200.0, last_seq=last_seq,
+                       finish_reason="stop", raw_finish_reason="stop")
+
+
+async def settle() -> None:
+    """Let the event loop run the flushes and wake-ups already due."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_another_replica_follows_stored_then_live_frames_to_the_end(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(meta(), streaming(0))
+    await a.append("s1", frames(1, 5), streaming(5))
+    assert b.tail("s1") is None  # b has no producer: it reads Redis
+    reader = asyncio.create_task(collect(b, "s1", 2))
+    await asyncio.sleep(0.05)  # b is blocked in XREAD by now (or catches up in storage)
+    for first in range(6, 15, 3):
+        await a.append("s1", frames(first, first + 2), streaming(first + 2))
+    await a.append("s1", frames(15, 16), completed(16))
+    assert await asyncio.wait_for(reader, WAIT_S) == frames(3, 16)
+    record = await b.get("s1")
+    assert record is not None
+    assert (record.state.status, record.state.last_seq, record.text) == (
+        Status.COMPLETED, 16, "".join(f"<{n}>" for n in range(1, 17)))
+
+
+async def test_an_end_without_frames_wakes_the_other_replicas_readers(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(meta(), streaming(0))
+    await a.append("s1", frames(1, 2), streaming(2))
+    reader = asyncio.create_task(collect(b, "s1", 0))
+    await asyncio.sleep(0.05)
+    await a.set_status("s1", StreamState(status=Status.CANCELLED, updated=1.0, last_seq=2))
+    assert await asyncio.wait_for(reader, WAIT_S) == frames(1, 2)
+
+
+async def test_keepalives_while_another_replicas_stream_is_quiet(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(meta(), streaming(0))
+    follower = b.follow("s1", 0, keepalive=0.02)
+    assert await asyncio.wait_for(follower.__anext__(), WAIT_S) == []
+    await a.append("s1", frames(1, 1), streaming(1))
+    got = await asyncio.wait_for(follower.__anext__(), WAIT_S)
+    while got == []:  # a keep-alive may come first
+        got = await asyncio.wait_for(follower.__anext__(), WAIT_S)
+    assert got == frames(1, 1)
+    await a.append("s1", [], completed(1))
+    rest = [batch async for batch in follower]
+    assert [frame for batch in rest for frame in batch] == []
+    await follower.aclose()
+
+
+async def test_a_reader_hands_a_stream_with_an_expired_lease_to_on_orphan(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(meta(), streaming(0), Lease("proxy_a", time.time() + 0.2))
+    await a.append("s1", frames(1, 3), streaming(3))
+    orphans: list[str] = []
+    error = FrameRecord(4, None, b'{"error":{"code":"proxy_restarted"}}')
+
+    async def recover(stream_id: str) -> None:
+        orphans.append(stream_id)
+        await b.append(stream_id, [error], StreamState(status=Status.INTERRUPTED, updated=2.0,
+                                                       last_seq=4))
+
+    b.on_orphan = recover
+    got = await asyncio.wait_for(_follow(b, 1), WAIT_S)
+    assert got == [*frames(2, 3), error]
+    assert orphans == ["s1"]
+    record = await a.get("s1", with_text=False)
+    assert record is not None and record.state.status is Status.INTERRUPTED
+
+
+async def _follow(journal: RedisJournal, after: int) -> list[FrameRecord]:
+    return [f async for batch in journal.follow("s1", after, keepalive=0.05) for f in batch]
+
+
+async def test_a_live_lease_is_never_handed_to_on_orphan(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(meta(), streaming(0), Lease("proxy_a", time.time() + 60))
+    orphans: list[str] = []
+
+    async def recover(stream_id: str) -> None:
+        orphans.append(stream_id)
+
+    b.on_orphan = recover
+    follower = b.follow("s1", 0, keepalive=0.02)
+    for _ in range(3):  # three idle rounds, each ending in a lease check
+        assert await asyncio.wait_for(follower.__anext__(), WAIT_S) == []
+    await follower.aclose()
+    assert orphans == []
+
+
+async def test_cancel_requests_reach_every_replica(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    a.on_cancel = lambda stream_id: heard.put_nowait(("a", stream_id))
+    b.on_cancel = lambda stream_id: heard.put_nowait(("b", stream_id))
+    assert await b.request_cancel("ub_x") is True
+    got = {await asyncio.wait_for(heard.get(), WAIT_S) for _ in range(2)}
+    assert got == {("a", "ub_x"), ("b", "ub_x")}
+
+
+async def test_a_refused_append_writes_nothing_and_fails_alone(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, _b = pair
+    for name in ("x", "y"):
+        await a.create(meta(name), streaming(0))
+        await a.append(name, frames(1, 2), streaming(2))
+    # One turn, one pipeline: x's frames skip seq 5 (refused whole), y's land.
+    bad = asyncio.ensure_future(a.append("x", [*frames(3, 4), *frames(6, 6)], streaming(6)))
+    good = asyncio.ensure_future(a.append("y", frames(3, 4), streaming(4)))
+    with pytest.raises(ValueError, match="seq 6, expected the next after 4"):
+        await bad
+    await good
+    assert await a.read_after("x", 0, 10) == frames(1, 2)
+    assert await a.read_after("y", 0, 10) == frames(1, 4)
+    record = await a.get("x")
+    assert record is not None and (record.state.last_seq, record.text) == (2, "<1><2>")
+    with pytest.raises(KeyError, match="unknown stream nope"):
+        await a.append("nope", frames(1, 1), streaming(1))
+
+
+async def test_appends_go_on_after_redis_lost_its_scripts(
+    pair: tuple[RedisJournal, RedisJournal], redis_url: str,
+) -> None:
+    a, b = pair
+    await a.create(meta(), streaming(0))
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await client.script_flush()
+    finally:
+        await client.aclose()
+    await a.append("s1", frames(1, 3), streaming(3))  # NOSCRIPT: loaded again, run once
+    await b.set_lease("s1", Lease("proxy_b", 5.0))
+    assert await b.read_after("s1", 0, 10) == frames(1, 3)
+    assert await a.lease("s1") == Lease("proxy_b", 5.0)
+
+
+async def test_leases_move_between_owners_and_renew_only_live_streams(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(meta("live"), streaming(0), Lease("proxy_a", 10.0))
+    await a.create(meta("done"), streaming(0), Lease("proxy_a", 10.0))
+    await a.append("done", frames(1, 1), completed(1))
+    assert await a.renew_leases("proxy_a", 20.0) == 1
+    assert await b.lease("live") == Lease("proxy_a", 20.0)
+    assert await b.lease("done") == Lease("proxy_a", 10.0)
+    await b.set_lease("live", Lease("proxy_b", 30.0))  # a re-attach by another replica
+    assert await a.renew_leases("proxy_a", 40.0) == 0
+    assert await b.renew_leases("proxy_b", 50.0) == 1
+    assert await a.lease("live") == Lease("proxy_b", 50.0)
+    with pytest.raises(KeyError):
+        await a.set_lease("nope", Lease("proxy_a", 1.0))
+
+
+async def test_prefixes_keep_two_proxies_apart_on_one_redis(redis_url: str) -> None:
+    first = RedisJournal(redis_url + "?prefix=team1:")
+    second = RedisJournal(redis_url + "?prefix=team2:")
+    await first.open()
+    await second.open()
+    try:
+        await first.create(meta(), streaming(0))
+        await first.append("s1", frames(1, 1), completed(1))
+        assert await second.get("s1") is None
+        await second.create(meta(), streaming(0))  # the same id is free under another prefix
+        assert await second.read_after("s1", 0, 10) == []
+        assert await first.unfinished() == []
+        assert await second.unfinished() == ["s1"]
+        heard: list[str] = []
+        first.on_cancel = heard.append
+        assert await second.request_cancel("s1") is True  # second hears itself only
+        await asyncio.sleep(0.1)
+        assert heard == []
+    finally:
+        await second.close()
+        await first.close()
+
+
+async def test_idempotency_finds_the_newest_stream_and_forgets_purged_ones(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    for name, created in (("old", 10.0), ("new", 20.0)):
+        await a.create(replace(meta(name, created), idempotency_hash="h" * 64),
+                       streaming(0, created))
+        await a.append(name, frames(1, 1), StreamState(status=Status.COMPLETED,
+                                                       updated=created, last_seq=1))
+    found = await b.find_idempotent("h" * 64)
+    assert found is not None and found.meta.stream_id == "new"
+    assert await b.expire(15.0) == 1  # "old" goes; the key still names "new"
+    found = await b.find_idempotent("h" * 64)
+    assert found is not None and found.meta.stream_id == "new"
+    assert await b.expire(25.0) == 1
+    assert await b.find_idempotent("h" * 64) is None
+
+
+async def test_a_lost_redis_fails_appends_loudly(tmp_path: Path) -> None:
+    with running_redis(tmp_path / "lost") as url:
+        journal = RedisJournal(url)
+        await journal.open()
+        await journal.create(meta(), streaming(0))
+        await journal.append("s1", frames(1, 1), streaming(1))
+    try:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            await journal.append("s1", frames(2, 2), streaming(2))
+    finally:
+        await journal.close()
