@@ -8,6 +8,11 @@ the rows are appended at one end of a rowid table and only the small index entri
 places. Both layouts get the same rows, the same pragmas (WAL, ``synchronous=NORMAL``) and the
 same statements; the figure is wall time per commit and per frame, and the ratio v2 / v3.
 
+Then the journals as the proxy drives them: ``SQLiteJournal`` and ``RedisJournal`` (against a
+``redis-server`` this script starts on 127.0.0.1, when the program is installed), each stream
+submitting in one turn of the event loop, one group commit per turn. For Redis the server's own
+CPU (``INFO cpu``) is reported beside the proxy side's.
+
     python benchmarks/journal.py [--quick]
 """
 
@@ -15,14 +20,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import shutil
+import socket
 import sqlite3
+import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from unbroken.finish import Status
-from unbroken.proxy.journal import FrameRecord, SQLiteJournal, StreamMeta, StreamState
+from unbroken.proxy.journal import (
+    FrameRecord,
+    Journal,
+    RedisJournal,
+    SQLiteJournal,
+    StreamMeta,
+    StreamState,
+)
 
 DATA = (b'{"id":"chatcmpl-p","object":"chat.completion.chunk","created":0,"model":"m",'
         b'"choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}')
@@ -67,12 +84,10 @@ def layout_cost(directory: Path, name: str, streams: int, per: int, frames: int)
     return spent / commits
 
 
-async def journal_cost(path: str, streams: int, per: int, frames: int) -> float:
-    """CPU seconds (every thread of the process) per frame through ``SQLiteJournal``: every
-    stream submits ``per`` frames in one turn of the event loop, as the proxy's producers do;
-    the turn's submits share one group commit. CPU, not wall time: the commit window's wait
-    is idle time."""
-    journal = SQLiteJournal(path)
+async def journal_cost(journal: Journal, streams: int, per: int, frames: int) -> float:
+    """CPU seconds (every thread of this process) per frame through ``journal``: every stream
+    submits ``per`` frames in one turn of the event loop, as the proxy's producers do; the
+    turn's submits share one group commit. CPU, not wall time: waits are idle time."""
     await journal.open()
     try:
         ids = [f"ub_{n:024x}" for n in range(streams)]
@@ -95,6 +110,51 @@ async def journal_cost(path: str, streams: int, per: int, frames: int) -> float:
         await journal.close()
 
 
+@contextlib.contextmanager
+def redis_server(directory: Path) -> Iterator[str | None]:
+    """A throwaway redis-server on 127.0.0.1 (no persistence); ``None`` without the program."""
+    program = shutil.which("redis-server")
+    if program is None:
+        yield None
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [program, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly",
+         "no", "--dir", str(directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(500):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            time.sleep(0.01)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+async def redis_cpu(url: str) -> float:
+    """The server's CPU seconds so far (user + system)."""
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        info = await client.info("cpu")
+    finally:
+        await client.aclose()
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def redis_costs(url: str, streams: int, per: int, frames: int) -> tuple[float, float]:
+    """This process's and the server's CPU seconds per frame through ``RedisJournal``."""
+    before = await redis_cpu(url)
+    ours = await journal_cost(RedisJournal(f"{url}?prefix=b{streams}x{per}:"), streams, per,
+                              frames)
+    server = (await redis_cpu(url) - before) / frames
+    return ours, server
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer frames (a smoke test)")
@@ -113,14 +173,23 @@ def main() -> None:
                     print(f"{streams:>8}{per:>15}{name:>15}{cost * 1e6:>11.0f}"
                           f"{cost * 1e6 / (streams * per):>10.1f}"
                           f"{(f'{ratio:.2f}x' if name.startswith('v3') else ''):>8}")
-        print("\nSQLiteJournal (v3) under group commit, CPU us per frame, every thread "
-              "(the checkpointer too)")
-        for streams in (20, 100):
-            for per in (1, 3):
-                path = str(Path(tmp) / f"journal-{streams}-{per}.db")
-                cost = asyncio.run(journal_cost(path, streams, per, frames))
-                print(f"   {streams:>4} streams x {per} frame(s) per commit: {cost * 1e6:6.1f}")
-
+        print("\nThe journals under group commit, CPU us per frame (this process: every "
+              "thread, the SQLite checkpointer too; Redis: its server too)")
+        print(f"{'streams':>8}{'frames/stream':>15}{'SQLite':>9}{'Redis':>8}{'server':>8}"
+              f"{'Redis+server':>14}")
+        with redis_server(Path(tmp)) as url:
+            for streams in (20, 100):
+                for per in (1, 3):
+                    path = str(Path(tmp) / f"journal-{streams}-{per}.db")
+                    sqlite_cost = asyncio.run(
+                        journal_cost(SQLiteJournal(path), streams, per, frames))
+                    row = f"{streams:>8}{per:>15}{sqlite_cost * 1e6:>9.1f}"
+                    if url is None:
+                        print(row + "   (no redis-server installed)")
+                        continue
+                    ours, server = asyncio.run(redis_costs(url, streams, per, frames))
+                    print(row + f"{ours * 1e6:>8.1f}{server * 1e6:>8.1f}"
+                                f"{(ours + server) * 1e6:>14.1f}")
 
 if __name__ == "__main__":
     main()

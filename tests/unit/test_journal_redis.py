@@ -259,3 +259,20 @@ async def test_a_lost_redis_fails_appends_loudly(tmp_path: Path) -> None:
             await journal.append("s1", frames(2, 2), streaming(2))
     finally:
         await journal.close()
+
+
+async def test_one_script_call_commits_every_append_of_a_turn(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    for n in range(20):
+        await a.create(meta(f"s{n}"), streaming(0))
+    before = a.commits
+    for seq in range(1, 11):  # 20 streams' appends in one turn, ten times
+        await asyncio.gather(
+            *(a.append(f"s{n}", frames(seq, seq), streaming(seq)) for n in range(20)))
+    assert a.commits - before == 10
+    for n in range(20):
+        assert await b.read_after(f"s{n}", 0, 100) == frames(1, 10)
+        record = await b.get(f"s{n}")
+        assert record is not None and record.state.last_seq == 10

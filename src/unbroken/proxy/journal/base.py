@@ -29,6 +29,7 @@ from .live import LiveTail
 
 __all__ = [
     "FOLLOW_BATCH",
+    "STATE_EVERY",
     "FrameRecord",
     "Journal",
     "JournalObserver",
@@ -41,6 +42,10 @@ __all__ = [
 
 FOLLOW_BATCH = 512
 """Frames read from storage per round trip when a reader catches up."""
+
+STATE_EVERY = 1.0
+"""Seconds between rewrites of a live stream's stored state for progress alone (its frames
+tell the last seq anyway); any other change is written with the append that makes it."""
 
 
 class FrameRecord(NamedTuple):
@@ -121,6 +126,21 @@ class StreamState:
     @property
     def ended(self) -> bool:
         return self.status in END_STATES
+
+    def must_write_after(self, written: StreamState | None) -> bool:
+        """Whether this state must be stored now, ``written`` being the one stored last."""
+        return (
+            written is None
+            or self.ended
+            or self.updated - written.updated >= STATE_EVERY
+            or _material(self) != _material(written)
+        )
+
+
+def _material(state: StreamState) -> tuple[Any, ...]:
+    """What in a state must be written at once (progress alone may wait)."""
+    return (state.status, state.finish_reason, state.raw_finish_reason, state.usage,
+            state.error, state.upstream_requests, state.provider_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,8 +6,8 @@ reconnect lands on another replica than the one reading the upstream gets exactl
 after its ``Last-Event-ID``, then the live tail, with no upstream request.
 
 - Writes are group-committed: every append made in one turn of the event loop goes to Redis in
-  one pipeline, one Lua script per append (``redis_scripts.py``), so each lands whole or not at
-  all and a frame whose seq is not the next is refused.
+  one call of one Lua script (``redis_scripts.py``); each append lands whole or not at all, and
+  one whose first frame is not the next seq is refused without stopping the others.
 - A stream produced in this process is followed through its in-process ``LiveTail`` as in the
   other journals. Another process's stream is followed with ``XREAD BLOCK`` on its frames and on
   its ends stream: woken by Redis itself when frames or the end land, never by sleep-polling.
@@ -62,7 +62,7 @@ class RedisJournal(Journal):
     def __init__(self, url: str, *, tail_frames: int = 256) -> None:
         super().__init__(tail_frames=tail_frames)
         self.url, self.prefix = _split_prefix(url)
-        self.commits = 0  # pipelines committed (for tests and benchmarks)
+        self.commits = 0  # group commits made (for tests and benchmarks)
         self._redis: Any = None
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
@@ -70,6 +70,7 @@ class RedisJournal(Journal):
         self._pending: list[tuple[str, Sequence[FrameRecord], StreamState,
                                   asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._written: dict[str, StreamState] = {}  # the state last stored, per live stream
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -180,7 +181,7 @@ class RedisJournal(Journal):
         return future
 
     async def _flush(self) -> None:
-        """Send the queued appends, one pipeline per batch, in order; wake readers, then
+        """Send the queued appends, one script call per batch, in order; wake readers, then
         writers. An append Redis refused fails alone; a lost connection fails the batch."""
         while self._pending:
             batch, self._pending = self._pending, []
@@ -206,36 +207,37 @@ class RedisJournal(Journal):
 
     async def _commit(self, batch: Sequence[tuple[str, Sequence[FrameRecord], StreamState,
                                                   Any]]) -> list[Any]:
-        from redis.exceptions import NoScriptError
+        """One script call for the whole batch; per append, its new last seq or the refusal."""
+        from redis.exceptions import NoScriptError, ResponseError
 
-        calls = [self._append_call(stream_id, frames, state)
-                 for stream_id, frames, state, _ in batch]
-        results = await self._pipeline(calls)
-        if any(isinstance(result, NoScriptError) for result in results):
-            # Redis restarted and lost its script cache: those appends did not run.
+        parts: list[bytes] = []
+        writes: list[bool] = []
+        for stream_id, frames, state, _ in batch:
+            write = state.must_write_after(self._written.get(stream_id))
+            writes.append(write)
+            parts += [stream_id.encode(), _state_json(state).encode() if write else b"",
+                      state.status.value.encode(), repr(state.updated).encode(),
+                      b"1" if state.ended else b"0", b"%d" % len(frames)]
+            for frame in frames:
+                event = b"" if frame.event is None else b"=" + frame.event.encode()
+                parts += [b"%d" % frame.seq, event, frame.data, frame.text.encode()]
+        blob = b"".join(b"%d:%b" % (len(part), part) for part in parts)
+        try:
+            replies = await self._redis.evalsha(self._shas["APPEND"], 0, self.prefix, blob)
+        except NoScriptError:  # Redis restarted and lost its script cache: nothing ran
             await self._load_scripts()
-            again = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-            for i, result in zip(again, await self._pipeline([calls[i] for i in again]),
-                                 strict=True):
-                results[i] = result
-        return results
-
-    def _append_call(self, stream_id: str, frames: Sequence[FrameRecord],
-                     state: StreamState) -> list[Any]:
-        args: list[Any] = [stream_id, _state_json(state), state.status.value,
-                           repr(state.updated), "1" if state.ended else "0", len(frames)]
-        for frame in frames:
-            event = b"" if frame.event is None else b"=" + frame.event.encode()
-            args += [frame.seq, event, frame.data, frame.text.encode()]
-        keys = [self._key(stream_id, kind) for kind in "sfex"]
-        keys += [self._global("unfinished"), self._global("updated")]
-        return [self._shas["APPEND"], len(keys), *keys, *args]
-
-    async def _pipeline(self, calls: Sequence[Sequence[Any]]) -> list[Any]:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for call in calls:
-                pipe.evalsha(*call)
-            results: list[Any] = await pipe.execute(raise_on_error=False)
+            replies = await self._redis.evalsha(self._shas["APPEND"], 0, self.prefix, blob)
+        results: list[Any] = []
+        for (stream_id, _frames, state, _), write, reply in zip(batch, writes, replies,
+                                                               strict=True):
+            if isinstance(reply, bytes):
+                results.append(ResponseError(reply.decode()))
+                continue
+            if state.ended:
+                self._written.pop(stream_id, None)
+            elif write:
+                self._written[stream_id] = state
+            results.append(reply)
         return results
 
     # -- reads --------------------------------------------------------------------------------

@@ -57,7 +57,6 @@ __all__ = ["SCHEMA_VERSION", "SQLiteJournal"]
 
 CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the event loop)
 COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window
-STATE_EVERY: Final = 1.0  # seconds between rewrites of a live stream's row for progress alone
 
 Write = Callable[[sqlite3.Connection], Any]
 class _Checkpointer(threading.Thread):
@@ -229,13 +228,7 @@ class SQLiteJournal(Journal):
         batch.appends.append((stream_id, frames, state))
         # The stream's row is rewritten when something in it changes, but only about once a
         # second for progress alone: a live stream's last seq is read from its frames anyway.
-        written = self._written.get(stream_id)
-        if (
-            written is None
-            or state.ended
-            or state.updated - written.updated >= STATE_EVERY
-            or _material(state) != _material(written)
-        ):
+        if state.must_write_after(self._written.get(stream_id)):
             batch.updates.append((
                 state.updated, state.status.value, state.finish_reason, state.raw_finish_reason,
                 state.last_seq, dumps(state.usage), dumps(state.error),
@@ -380,9 +373,3 @@ class SQLiteJournal(Journal):
 
         result: int = await self._write(write)
         return result
-
-
-def _material(state: StreamState) -> tuple[Any, ...]:
-    """What in a state must be written at once (progress alone may wait)."""
-    return (state.status, state.finish_reason, state.raw_finish_reason, state.usage,
-            state.error, state.upstream_requests, state.provider_id)
