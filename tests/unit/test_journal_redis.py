@@ -17,6 +17,7 @@ from tests.unit.test_journal import collect, frames, meta, streaming
 
 from unbroken.finish import Status
 from unbroken.proxy.journal import FrameRecord, Lease, RedisJournal, StreamState
+from unbroken.proxy.lease import LeaseKeeper, Recovery
 
 pytestmark = pytest.mark.anyio
 
@@ -276,3 +277,35 @@ async def test_one_script_call_commits_every_append_of_a_turn(
         assert await b.read_after(f"s{n}", 0, 100) == frames(1, 10)
         record = await b.get(f"s{n}")
         assert record is not None and record.state.last_seq == 10
+
+
+async def test_a_follow_ends_when_the_stream_is_purged_under_it(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(meta(), streaming(0))
+    await a.append("s1", frames(1, 2), streaming(2))
+    a.release("s1")  # as if its producer were gone: nothing keeps it from a purge
+    follower = b.follow("s1", 0, keepalive=0.02)
+    assert await asyncio.wait_for(follower.__anext__(), WAIT_S) == frames(1, 2)
+    assert await a.expire(time.time() + 60) == 1
+    rest = [batch async for batch in follower]  # ends: no wait on a stream that is gone
+    assert all(batch == [] for batch in rest)
+
+
+async def test_two_replicas_settling_one_orphan_write_one_end(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(replace(meta(), dialect="openai-chat"), streaming(0),
+                   Lease("proxy_dead", time.time() - 1))
+    await a.append("s1", frames(1, 2), streaming(2))
+    a.release("s1")
+    first = Recovery(a, LeaseKeeper(a, ttl=15, renew_every=5))
+    second = Recovery(b, LeaseKeeper(b, ttl=15, renew_every=5))
+    settled = await asyncio.gather(first.settle("s1"), second.settle("s1"))
+    assert [record is not None and record.state.status for record in settled] == [
+        Status.INTERRUPTED, Status.INTERRUPTED]
+    stored = await b.read_after("s1", 0, 10)
+    assert [frame.seq for frame in stored] == [1, 2, 3]  # one error frame, not two
+    assert b"proxy_restarted" in stored[-1].data

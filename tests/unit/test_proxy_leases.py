@@ -1,4 +1,4 @@
-"""Producer leases, idempotency lookups and reopening in both journals, the SQLite upgrade from
+"""Producer leases, idempotency lookups and reopening in every journal, the SQLite upgrade from
 schema 1, and ``Recovery``: a stream whose lease expired is marked interrupted exactly once."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from unbroken.proxy.journal import (
     Journal,
     Lease,
     MemoryJournal,
+    RedisJournal,
     SQLiteJournal,
     StreamMeta,
     StreamState,
@@ -29,10 +30,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
-    opened: Journal = MemoryJournal() if request.param == "memory" else SQLiteJournal(
-        str(tmp_path / "j.db"))
+    opened: Journal
+    if request.param == "redis":
+        opened = RedisJournal(request.getfixturevalue("redis_url"))
+    else:
+        opened = MemoryJournal() if request.param == "memory" else SQLiteJournal(
+            str(tmp_path / "j.db"))
     await opened.open()
     try:
         yield opened

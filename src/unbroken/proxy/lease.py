@@ -160,7 +160,13 @@ class Recovery:
             interrupted = replace(interrupted, last_seq=state.last_seq + 1)
             frames.append(error_frame(record.meta.dialect, state.last_seq + 1, "proxy_restarted",
                                       message, _next_provider_seq(record)))
-        await self.journal.append(record.meta.stream_id, frames, interrupted)
+        try:
+            await self.journal.append(record.meta.stream_id, frames, interrupted)
+        except ValueError:
+            # A journal shared by replicas: another one settled the stream first (its error
+            # frame took the seq); theirs is the end.
+            settled = await self.journal.get(record.meta.stream_id, with_text=False)
+            return settled or record
         log_event("stream.recovered", level=logging.WARNING, stream_id=record.meta.stream_id,
                   seq=interrupted.last_seq, status="interrupted", continuable=continuable,
                   lease_owner=None if lease is None else lease.owner)

@@ -367,7 +367,7 @@ class RedisJournal(Journal):
                 if keepalive is not None and clock() - quiet_since >= keepalive:
                     yield []
                     quiet_since = clock()
-                await self._check_producer(stream_id)
+                ended = await self._check_producer(stream_id)
                 continue
             for key, entries in replies:
                 if bytes(key).endswith(b":e"):
@@ -383,16 +383,23 @@ class RedisJournal(Journal):
         status = await self._redis.hget(self._key(stream_id, "s"), "status")
         return status is None or status.decode() in _ENDED
 
-    async def _check_producer(self, stream_id: str) -> None:
-        """A reader waiting on another process's stream: if that producer's lease ran out,
-        hand the stream to ``on_orphan`` (it writes the end the readers then get)."""
+    async def _check_producer(self, stream_id: str) -> bool:
+        """A reader waiting on another process's stream: whether the stream has ended (or is
+        gone); if its producer's lease ran out, hand it to ``on_orphan`` first (which writes
+        the end the readers then get)."""
+        status, owner, expires = await self._redis.hmget(
+            self._key(stream_id, "s"), "status", "owner", "expires")
+        if status is None or status.decode() in _ENDED:
+            return True
         handler = self.on_orphan
-        if handler is None:
-            return
-        lease = await self.lease(stream_id)
-        if lease is not None and lease.expires <= time.time():
-            outcome: Awaitable[object] = handler(stream_id)
-            await outcome
+        if handler is not None and owner and float(expires) <= time.time():
+            try:
+                outcome: Awaitable[object] = handler(stream_id)
+                await outcome
+            except Exception:  # the reader goes on; the next idle round looks again
+                log.exception("stream %s: settling a stream without a producer failed",
+                              stream_id)
+        return False
 
 
 def _split_prefix(url: str) -> tuple[str, str]:
