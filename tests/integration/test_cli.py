@@ -164,6 +164,39 @@ def test_port_in_use_is_one_line_and_exit_4() -> None:
             )
 
 
+def test_a_journal_that_cannot_be_opened_is_one_line_and_exit_4(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        dead = closed.getsockname()[1]
+    port = _free_port()
+    done = unbroken("proxy", "--port", str(port),
+                    "--store", f"redis://:hunter2@127.0.0.1:{dead}/0")
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.startswith(
+        f"unbroken: cannot open the journal redis://***@127.0.0.1:{dead}/0: ")
+    assert done.stderr.count("\n") == 1 and "hunter2" not in done.stderr
+    unwritable = tmp_path / "missing-dir" / "journal.db"
+    done = unbroken("proxy", "--port", str(port), "--store", f"sqlite:///{unwritable}")
+    assert (done.returncode, done.stderr) == (
+        4, f"unbroken: cannot open the journal sqlite:///{unwritable}: "
+           "unable to open database file\n")
+
+
+def test_an_unknown_store_is_refused_as_an_argument() -> None:
+    done = unbroken("proxy", "--port", str(_free_port()), "--store", "postgres://db/x")
+    assert done.returncode == 2
+    assert done.stderr.endswith(
+        "error: unknown store 'postgres://db/x': use memory://, sqlite:///path.db or "
+        "redis://host:6379/0\n")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 def test_no_command_prints_help_and_exit_2() -> None:
     done = unbroken()
     assert done.returncode == 2

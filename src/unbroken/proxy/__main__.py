@@ -8,13 +8,17 @@ pages of that web origin call the proxy from a browser; without it there are no 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import sys
 from collections.abc import Sequence
 
 from .app import create_app
 from .config import DEFAULT_ORIGINS, PROVIDERS, ProxyConfig, cors_origin, parse_duration
+from .journal import journal_for, shown_store
 from .shutdown import serve
+
+EXIT_JOURNAL = 4  # as the CLI's network failures: the journal's store cannot be reached
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -128,8 +132,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args)
     except ValueError as error:
         parser.error(str(error))
+    failure = asyncio.run(journal_failure(config))
+    if failure is not None:
+        print(f"unbroken: {failure}", file=sys.stderr)
+        return EXIT_JOURNAL
     serve(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
     return 0
+
+
+async def journal_failure(config: ProxyConfig) -> str | None:
+    """Open and close the journal once before serving: a store that cannot be opened (a Redis
+    that does not answer, a SQLite path that cannot be written) is one line, not a traceback
+    from the server's startup."""
+    journal = journal_for(config.store)
+    try:
+        await journal.open()
+    except Exception as error:  # any reason at all: it is reported, and nothing is served
+        return f"cannot open the journal {shown_store(config.store)}: {error}"
+    await journal.close()
+    return None
 
 
 if __name__ == "__main__":

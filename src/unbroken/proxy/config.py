@@ -9,6 +9,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from ..framing import DEFAULT_MAX_EVENT_SIZE
+from .journal import journal_for
 
 __all__ = ["DEFAULT_ORIGINS", "PROVIDERS", "ProxyConfig", "cors_origin", "parse_duration"]
 
@@ -145,6 +146,7 @@ class ProxyConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        journal_for(self.store)  # a store URL it cannot name is refused here, not at startup
 
     def origin(self, provider: str) -> str:
         origin: str = getattr(self, provider)

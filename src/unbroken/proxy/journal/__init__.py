@@ -37,6 +37,7 @@ __all__ = [
     "StreamState",
     "Tombstone",
     "journal_for",
+    "shown_store",
 ]
 
 
@@ -49,12 +50,12 @@ def journal_for(store: str, *, tail_frames: int = 256) -> Journal:
         return SQLiteJournal(store[len(prefix) :], tail_frames=tail_frames)
     if store.startswith(("redis://", "rediss://")):
         return RedisJournal(store, tail_frames=tail_frames)
-    raise ValueError(f"unknown store {_shown(store)!r}: use memory://, sqlite:///path.db or "
+    raise ValueError(f"unknown store {shown_store(store)!r}: use memory://, sqlite:///path.db or "
                      "redis://host:6379/0")
 
 
-def _shown(store: str) -> str:
+def shown_store(store: str) -> str:
     """The store URL without a password, for error messages."""
     scheme, sep, rest = store.partition("://")
     userinfo, at, host = rest.rpartition("@")
-    return f"{scheme}{sep}***@{host}" if at and ":" in userinfo else store
+    return f"{scheme}{sep}***@{host}" if at else store
