@@ -309,3 +309,23 @@ async def test_two_replicas_settling_one_orphan_write_one_end(
     stored = await b.read_after("s1", 0, 10)
     assert [frame.seq for frame in stored] == [1, 2, 3]  # one error frame, not two
     assert b"proxy_restarted" in stored[-1].data
+
+
+async def test_an_append_resent_after_a_lost_reply_is_taken_once(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(meta(), streaming(0))
+    batch = [("s1", frames(1, 3), streaming(3), None)]
+    assert await a._commit(batch) == [3]
+    # redis-py resends a command whose reply a dropped connection lost: the same frames again
+    # are a no-op, not a refusal that would fail the stream.
+    assert await a._commit(batch) == [3]
+    assert await b.read_after("s1", 0, 10) == frames(1, 3)
+    record = await b.get("s1")
+    assert record is not None and (record.state.last_seq, record.text) == (3, "<1><2><3>")
+    # Other data under a stored seq is still refused.
+    other = [FrameRecord(2, None, b'{"n":"other"}', "<2>"), *frames(3, 3)]
+    (refused,) = await a._commit([("s1", other, streaming(3), None)])
+    assert isinstance(refused, redis.exceptions.ResponseError)
+    assert str(refused) == "BADSEQ stream s1: seq 2 is stored already, with other data"

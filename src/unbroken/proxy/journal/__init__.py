@@ -57,5 +57,5 @@ def journal_for(store: str, *, tail_frames: int = 256) -> Journal:
 def shown_store(store: str) -> str:
     """The store URL without a password, for error messages."""
     scheme, sep, rest = store.partition("://")
-    userinfo, at, host = rest.rpartition("@")
+    _userinfo, at, host = rest.rpartition("@")
     return f"{scheme}{sep}***@{host}" if at else store
