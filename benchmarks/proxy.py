@@ -25,6 +25,10 @@ to batch) at two rates: half the pass-through's best, and a steady 2,000 frames/
 2-core machine every figure moves with whatever else runs; compare rows of one run.
 
     python benchmarks/proxy.py [--quick] [--loop auto|asyncio|uvloop] [--http auto|h11|httptools]
+                               [--journal sqlite|redis]
+
+``--journal redis`` runs the proxies on ``RedisJournal`` against a redis-server this script
+starts on 127.0.0.1 (its CPU is not in the proxy's figures; it runs on the same two cores).
 
 The default ``auto`` is what ``unbroken proxy`` runs with: uvloop and httptools, which the
 ``proxy`` extra installs, or asyncio and h11 without them.
@@ -44,13 +48,16 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import httpx2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, from anywhere
+from benchmarks.journal import redis_server
 
 CHAT = "/v1/chat/completions"
 BODY = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
@@ -409,17 +416,29 @@ def main() -> None:
                              "asyncio or uvloop")
     parser.add_argument("--http", default="auto",
                         help="uvicorn http: auto (httptools when installed), h11 or httptools")
+    parser.add_argument("--journal", choices=("sqlite", "redis"), default="sqlite",
+                        help="the proxies' journal: a SQLite file (default) or a redis-server "
+                             "started on 127.0.0.1")
     options = parser.parse_args()
     tokens = 300 if options.quick else 2000
     levels = (1, 8) if options.quick else (1, 8, 32)
-    print(f"loop={options.loop} http={options.http} tokens/stream={tokens} cpus={os.cpu_count()}")
-    with tempfile.TemporaryDirectory() as tmp:
-        store = f"sqlite:///{Path(tmp) / 'bench.db'}"
+    print(f"loop={options.loop} http={options.http} journal={options.journal} "
+          f"tokens/stream={tokens} cpus={os.cpu_count()}")
+    with tempfile.TemporaryDirectory() as tmp, (
+        redis_server(Path(tmp)) if options.journal == "redis" else nullcontext(None)
+    ) as redis_url:
+        if options.journal == "redis" and redis_url is None:
+            parser.error("--journal redis needs the redis-server program")
+        options.stores = iter(
+            [f"{redis_url}?prefix={name}:" for name in ("mock", "paced", "held")]
+            if redis_url else [f"sqlite:///{Path(tmp) / name}.db" for name in
+                               ("mock", "paced", "held")])
         with start("mock", options) as mock, start("paced", options) as paced, \
                 start("passthrough", options, upstream=mock.url) as pass_mock, \
-                start("proxy", options, upstream=mock.url, store=store) as proxy_mock, \
+                start("proxy", options, upstream=mock.url, store=next(options.stores)) as \
+                proxy_mock, \
                 start("passthrough", options, upstream=paced.url) as pass_paced, \
-                start("proxy", options, upstream=paced.url, store=store + "-paced") as \
+                start("proxy", options, upstream=paced.url, store=next(options.stores)) as \
                 proxy_paced:
             report(options, tokens, levels, mock, paced, pass_mock, proxy_mock, pass_paced,
                    proxy_paced)
@@ -475,13 +494,12 @@ def report(options: argparse.Namespace, tokens: int, levels: tuple[int, ...], mo
     held = 50 if options.quick else 200
     print(f"\n4. memory per live stream ({held} upstream-stalled streams open, fresh processes),"
           " KiB of RSS")
-    with tempfile.TemporaryDirectory() as tmp:
-        with start("passthrough", options, upstream=mock.url) as fresh_pass, \
-                start("proxy", options, upstream=mock.url,
-                      store=f"sqlite:///{Path(tmp) / 'held.db'}") as fresh_proxy:
-            for name, server in (("pass-through", fresh_pass), ("proxy", fresh_proxy)):
-                per_stream = asyncio.run(hold_streams(server, server.url, held))
-                print(f"   {name:<14}{per_stream / 1024:>8.1f}")
+    with start("passthrough", options, upstream=mock.url) as fresh_pass, \
+            start("proxy", options, upstream=mock.url, store=next(options.stores)) as \
+            fresh_proxy:
+        for name, server in (("pass-through", fresh_pass), ("proxy", fresh_proxy)):
+            per_stream = asyncio.run(hold_streams(server, server.url, held))
+            print(f"   {name:<14}{per_stream / 1024:>8.1f}")
 
 
 if __name__ == "__main__":
