@@ -30,9 +30,8 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import replace
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ...finish import END_STATES, Status
+from ...finish import END_STATES
 from . import redis_scripts
 from .base import (
     FOLLOW_BATCH,
@@ -44,14 +43,22 @@ from .base import (
     StreamState,
     Tombstone,
 )
+from .redis_records import (
+    frame_from,
+    meta_from,
+    meta_json,
+    packed_appends,
+    refusal,
+    split_prefix,
+    state_from,
+    state_json,
+)
 
 __all__ = ["ORPHAN_CHECK", "RedisJournal"]
 
 ORPHAN_CHECK: Final = 5.0  # seconds a blocked reader waits before it looks at the lease
 _ENDED: Final = frozenset(status.value for status in END_STATES)
 log = logging.getLogger("unbroken.proxy")
-
-Entry = tuple[bytes, dict[bytes, bytes]]
 
 
 class RedisJournal(Journal):
@@ -61,7 +68,7 @@ class RedisJournal(Journal):
 
     def __init__(self, url: str, *, tail_frames: int = 256) -> None:
         super().__init__(tail_frames=tail_frames)
-        self.url, self.prefix = _split_prefix(url)
+        self.url, self.prefix = split_prefix(url)
         self.commits = 0  # group commits made (for tests and benchmarks)
         self._redis: Any = None
         self._pubsub: Any = None
@@ -157,14 +164,14 @@ class RedisJournal(Journal):
                 self._key(stream_id, "s"), self._global("unfinished"), self._global("updated"),
                 idem, owners,
             ], [
-                stream_id, _meta_json(meta), _state_json(state), state.status.value,
+                stream_id, meta_json(meta), state_json(state), state.status.value,
                 meta.token_hash, meta.credential_hash or "",
                 "" if lease is None else lease.owner,
                 "" if lease is None else repr(lease.expires),
                 repr(state.updated), "1" if state.ended else "0", meta.idempotency_hash or "",
             ])
         except Exception as error:
-            raise _mapped(error) from error
+            raise refusal(error) from error
 
     def _store(
         self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
@@ -199,7 +206,7 @@ class RedisJournal(Journal):
             for (stream_id, frames, state, future), result in zip(batch, results, strict=True):
                 if isinstance(result, Exception):
                     if not future.done():
-                        future.set_exception(_mapped(result))
+                        future.set_exception(refusal(result))
                     continue
                 self._landed(stream_id, frames, state)
                 if not future.done():
@@ -210,18 +217,10 @@ class RedisJournal(Journal):
         """One script call for the whole batch; per append, its new last seq or the refusal."""
         from redis.exceptions import NoScriptError, ResponseError
 
-        parts: list[bytes] = []
-        writes: list[bool] = []
-        for stream_id, frames, state, _ in batch:
-            write = state.must_write_after(self._written.get(stream_id))
-            writes.append(write)
-            parts += [stream_id.encode(), _state_json(state).encode() if write else b"",
-                      state.status.value.encode(), repr(state.updated).encode(),
-                      b"1" if state.ended else b"0", b"%d" % len(frames)]
-            for frame in frames:
-                event = b"" if frame.event is None else b"=" + frame.event.encode()
-                parts += [b"%d" % frame.seq, event, frame.data, frame.text.encode()]
-        blob = b"".join(b"%d:%b" % (len(part), part) for part in parts)
+        writes = [state.must_write_after(self._written.get(stream_id))
+                  for stream_id, _frames, state, _ in batch]
+        blob = packed_appends([(stream_id, frames, state, write) for (stream_id, frames, state, _),
+                               write in zip(batch, writes, strict=True)])
         try:
             replies = await self._redis.evalsha(self._shas["APPEND"], 0, self.prefix, blob)
         except NoScriptError:  # Redis restarted and lost its script cache: nothing ran
@@ -245,7 +244,7 @@ class RedisJournal(Journal):
     async def read_after(self, stream_id: str, seq: int, limit: int) -> list[FrameRecord]:
         entries = await self._redis.xrange(self._key(stream_id, "f"), min=f"0-{seq + 1}",
                                            max="+", count=limit)
-        return [_frame(entry) for entry in entries]
+        return [frame_from(entry) for entry in entries]
 
     async def get(self, stream_id: str, *, with_text: bool = True) -> StreamRecord | None:
         async with self._redis.pipeline(transaction=True) as pipe:
@@ -257,10 +256,10 @@ class RedisJournal(Journal):
         if meta is None:
             return None
         text = (replies[1] or b"").decode() if with_text else ""
-        stored = _state_from(json.loads(state))
+        stored = state_from(json.loads(state))
         if stored.last_seq < int(top):
             stored = replace(stored, last_seq=int(top))
-        return StreamRecord(meta=_meta_from(json.loads(meta)), state=stored, text=text)
+        return StreamRecord(meta=meta_from(json.loads(meta)), state=stored, text=text)
 
     async def tombstone(self, stream_id: str) -> Tombstone | None:
         token, cred = await self._redis.hmget(self._key(stream_id, "t"), "token", "cred")
@@ -291,7 +290,7 @@ class RedisJournal(Journal):
             await self._eval("SET_LEASE", [self._key(stream_id, "s")],
                              [lease.owner, repr(lease.expires), self.prefix, stream_id])
         except Exception as error:
-            raise _mapped(error) from error
+            raise refusal(error) from error
 
     async def renew_leases(self, owner: str, expires: float) -> int:
         renewed: int = await self._eval("RENEW", [self._global("owner:" + owner)],
@@ -374,7 +373,7 @@ class RedisJournal(Journal):
                     end_mark = entries[-1][0]
                     ended = await self._ended(stream_id)
                 elif entries:
-                    batch = [_frame(entry) for entry in entries]
+                    batch = [frame_from(entry) for entry in entries]
                     yield batch
                     cursor = batch[-1].seq
                     quiet_since = clock()
@@ -400,66 +399,3 @@ class RedisJournal(Journal):
                 log.exception("stream %s: settling a stream without a producer failed",
                               stream_id)
         return False
-
-
-def _split_prefix(url: str) -> tuple[str, str]:
-    """The URL for redis-py without our ``prefix`` parameter, and the prefix."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    prefix = next((value for name, value in query if name == "prefix"), "unbroken:")
-    if not prefix or any(c in prefix for c in "{} "):
-        raise ValueError(f"a Redis key prefix cannot be empty or hold braces or spaces: "
-                         f"{prefix!r}")
-    rest = urlencode([(name, value) for name, value in query if name != "prefix"])
-    return urlunsplit(parts._replace(query=rest)), prefix
-
-
-def _mapped(error: Exception) -> Exception:
-    """A refusal from a script as the exception the other journals raise for it."""
-    message = str(error)
-    if message.startswith(("EXISTS ", "NOSTREAM ")):
-        return KeyError(message.partition(" ")[2])
-    if message.startswith("BADSEQ "):
-        return ValueError(message.partition(" ")[2])
-    return error
-
-
-def _frame(entry: Entry) -> FrameRecord:
-    entry_id, fields = entry
-    event = fields.get(b"e")
-    return FrameRecord(
-        int(bytes(entry_id).partition(b"-")[2]),
-        None if event is None else event.decode(),
-        fields[b"d"],
-        fields.get(b"t", b"").decode(),
-    )
-
-
-def _meta_json(meta: StreamMeta) -> str:
-    return json.dumps({
-        "stream_id": meta.stream_id, "dialect": meta.dialect, "created": meta.created,
-        "media_type": meta.media_type, "token_hash": meta.token_hash,
-        "credential_hash": meta.credential_hash, "request_path": meta.request_path,
-        "response_headers": [list(pair) for pair in meta.response_headers],
-        "idempotency_hash": meta.idempotency_hash, "request_hash": meta.request_hash,
-        "background": meta.background,
-    }, separators=(",", ":"))
-
-
-def _meta_from(data: dict[str, Any]) -> StreamMeta:
-    data["response_headers"] = tuple((name, value) for name, value in data["response_headers"])
-    return StreamMeta(**data)
-
-
-def _state_json(state: StreamState) -> str:
-    return json.dumps({
-        "status": state.status.value, "updated": state.updated, "last_seq": state.last_seq,
-        "finish_reason": state.finish_reason, "raw_finish_reason": state.raw_finish_reason,
-        "usage": state.usage, "error": state.error, "upstream_requests": state.upstream_requests,
-        "provider_id": state.provider_id,
-    }, separators=(",", ":"))
-
-
-def _state_from(data: dict[str, Any]) -> StreamState:
-    data["status"] = Status(data["status"])
-    return StreamState(**data)
