@@ -28,19 +28,17 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
 
 import httpx2
 from starlette.applications import Starlette
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
 
 from ..finish import Status
 from .access import may_read, parse_event_id
 from .config import ProxyConfig
+from .cors import SERVED_METHODS, CORSStarlette, cors_options
 from .journal import Journal, StreamRecord, journal_for
 from .launcher import Launcher, expired
 from .lease import LeaseKeeper, Recovery, reattachable, running_elsewhere
@@ -361,24 +359,6 @@ def _unjournaled_end(record: StreamRecord, downstream: Downstream) -> bytes | No
                                                                 first=False)
 
 
-# What the proxy serves, and so what a page of an allowed origin may call (DELETE a response too).
-_SERVED_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-
-
-class _ProxyStarlette(Starlette):
-    """Starlette with CORS, when configured, outside even its error handler: Starlette puts
-    user middleware inside ``ServerErrorMiddleware``, so a 500 would reach a page of an allowed
-    origin as an unreadable CORS failure instead of a status it can show."""
-
-    def __init__(self, *, cors: dict[str, Any] | None, **options: Any) -> None:
-        self._cors = cors
-        super().__init__(**options)
-
-    def build_middleware_stack(self) -> ASGIApp:
-        app = super().build_middleware_stack()
-        return app if self._cors is None else CORSMiddleware(app, **self._cors)
-
-
 def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = None) -> Starlette:
     """The proxy as an ASGI app; ``journal`` overrides the one ``config.store`` names.
 
@@ -394,23 +374,9 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
         Route("/v1/streams/{stream_id}", proxy.stream_status, methods=["GET"]),
         Route("/v1/streams/{stream_id}/cancel", proxy.cancel, methods=["POST"]),
         Route("/v1/streams/{stream_id}/events", proxy.events, methods=["GET"]),
-        Route("/{path:path}", proxy.forward, methods=_SERVED_METHODS),
+        Route("/{path:path}", proxy.forward, methods=SERVED_METHODS),
     ]
-    cors = None
-    if config.cors_origins:
-        cors = {
-            "allow_origins": config.cors_origins,
-            "allow_methods": _SERVED_METHODS,
-            # Mirrors the headers a preflight asks for: the credentials (authorization,
-            # x-api-key, x-goog-api-key), last-event-id, idempotency-key, unbroken-*, and the
-            # SDKs' own (anthropic-version, x-stainless-*, ...), which are passed upstream.
-            "allow_headers": ["*"],
-            "expose_headers": ["Unbroken-Stream-Id", "Unbroken-Stream-Token"],
-            # A reader is authorized by a header or ?token=, never a cookie; without
-            # credentials a page cannot ride on a user's ambient session, and "*" stays valid.
-            "allow_credentials": False,
-            "max_age": 600,
-        }
-    app = _ProxyStarlette(routes=routes, lifespan=proxy.lifespan, cors=cors)
+    app = CORSStarlette(routes=routes, lifespan=proxy.lifespan,
+                        cors=cors_options(config.cors_origins))
     app.state.proxy = proxy
     return app
