@@ -155,6 +155,10 @@ class ProxyApp:
         if not self.ready or self.draining:
             status = "draining" if self.draining else "starting"
             return JSONResponse({"status": status}, status_code=503)
+        problem = await self.journal.problem()
+        if problem is not None:  # a shared journal that went away: route to another replica
+            return JSONResponse({"status": "journal unavailable", "error": problem},
+                                status_code=503)
         return JSONResponse({"status": "ok", "live_streams": len(self.producers)})
 
     async def metrics_text(self, request: Request) -> Response:

@@ -322,6 +322,11 @@ class Journal(ABC):
         (tombstones older than ``older_than``)."""
         return await self._purge(older_than, frozenset(self._tails))
 
+    async def problem(self) -> str | None:
+        """Why the storage cannot be used right now (``GET /healthz`` answers 503 with it), or
+        ``None``. A journal in this process's memory or files has none to report."""
+        return None
+
     async def request_cancel(self, stream_id: str) -> bool:
         """Ask the process producing the stream to cancel it; whether the request could be
         sent (only a journal shared by several processes can: this one cannot)."""

@@ -54,9 +54,10 @@ from .redis_records import (
     state_json,
 )
 
-__all__ = ["ORPHAN_CHECK", "RedisJournal"]
+__all__ = ["ORPHAN_CHECK", "PING_TIMEOUT", "RedisJournal"]
 
 ORPHAN_CHECK: Final = 5.0  # seconds a blocked reader waits before it looks at the lease
+PING_TIMEOUT: Final = 2.0  # seconds ``problem()`` waits for Redis
 _ENDED: Final = frozenset(status.value for status in END_STATES)
 log = logging.getLogger("unbroken.proxy")
 
@@ -314,6 +315,17 @@ class RedisJournal(Journal):
         return purged
 
     # -- other processes ----------------------------------------------------------------------
+
+    async def problem(self) -> str | None:
+        """``None`` if Redis answers a PING within ``PING_TIMEOUT`` seconds, else why not."""
+        try:
+            async with asyncio.timeout(PING_TIMEOUT):
+                await self._redis.ping()
+        except TimeoutError:
+            return f"Redis did not answer within {PING_TIMEOUT} s"
+        except Exception as error:  # whatever it is, the replica cannot serve streams
+            return f"Redis: {error}"
+        return None
 
     async def request_cancel(self, stream_id: str) -> bool:
         """Ask every replica to stop the stream's producer; whether any replica listens."""
