@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from ...finish import END_STATES
+from ..logs import log_event
 from . import redis_scripts
 from .base import (
     FOLLOW_BATCH,
@@ -149,8 +150,10 @@ class RedisJournal(Journal):
                         self.on_cancel(bytes(message["data"]).decode())
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a lost connection: redis-py reconnects and resubscribes
-                log.exception("journal: the cancel channel failed; listening again")
+            except Exception as error:  # a lost connection: redis-py resubscribes on reconnect
+                # One line a second while Redis is away; /healthz says so too.
+                log_event("journal.cancel_channel_lost", level=logging.WARNING,
+                          error=type(error).__name__, detail=str(error))
                 await asyncio.sleep(1.0)
 
     # -- writes -------------------------------------------------------------------------------
