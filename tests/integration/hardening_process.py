@@ -2,7 +2,9 @@
 
 ``ProxyProcess.start(mock, store, log, *flags)`` runs ``python -m unbroken.proxy`` on a free port
 with its stdout and stderr in ``log`` (a file, so a test can read every line after the process
-ended), and waits for ``/healthz``. ``kill()`` is SIGKILL, ``terminate()`` SIGTERM.
+ended), and waits for ``/healthz``. ``store`` is a SQLite file (a ``Path``) or a journal URL used
+as is (a ``str``, e.g. ``redis://127.0.0.1:PORT/0``). ``kill()`` is SIGKILL, ``terminate()``
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ class ProxyProcess:
         self._sink = sink
 
     @classmethod
-    def start(cls, mock: str, store: Path, log: Path, *flags: str) -> ProxyProcess:
+    def start(cls, mock: str, store: Path | str, log: Path, *flags: str) -> ProxyProcess:
         port = free_port()
+        url = f"sqlite:///{store}" if isinstance(store, Path) else store
         command = [
             sys.executable, "-m", "unbroken.proxy", "--host", "127.0.0.1", "--port", str(port),
-            "--upstream", mock, "--store", f"sqlite:///{store}", *flags,
+            "--upstream", mock, "--store", url, *flags,
         ]
         sink = log.open("ab")
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
