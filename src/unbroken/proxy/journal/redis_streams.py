@@ -367,6 +367,8 @@ class RedisJournal(Journal):
             frames = await self.read_after(stream_id, cursor, FOLLOW_BATCH)
             if frames:
                 yield frames
+                if ended and len(frames) < FOLLOW_BATCH:
+                    return  # an ended stream's last frames: nothing more to read
                 cursor = frames[-1].seq
                 quiet_since = clock()
                 continue
