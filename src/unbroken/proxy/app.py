@@ -233,7 +233,7 @@ class ProxyApp:
             return not_found()
         if not may_read(record.meta, request.headers, request.query_params):
             return not_found()
-        record = await self._settled(stream_id, with_text=False, wait=True) or record
+        record = await self._settled(stream_id, with_text=False, wait=True, known=record) or record
         if self._expired(record):
             return Response(status_code=204) if eventsource else not_found()
         after = events_cursor(stream_id, request.headers, request.query_params)
@@ -246,7 +246,8 @@ class ProxyApp:
         refused = await self.launcher.reattach(record, request)
         if refused is not None:
             return self.launcher.refuse(refused, None)
-        record = await self.journal.get(stream_id, with_text=False) or record
+        if reattachable(record):  # the re-attach (if it went ahead) changed its state
+            record = await self.journal.get(stream_id, with_text=False) or record
         if after:
             self.metrics.resumes += 1
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
@@ -294,11 +295,12 @@ class ProxyApp:
                 error_body(endpoint.dialect, 404, f"unbroken proxy: no stream {stream_id}"),
                 status_code=404,
             )
-        record = await self._settled(stream_id, with_text=False, wait=True) or record
+        record = await self._settled(stream_id, with_text=False, wait=True, known=record) or record
         refused = await self.launcher.reattach(record, request)
         if refused is not None:
             return self.launcher.refuse(refused, endpoint.dialect)
-        record = await self.journal.get(stream_id, with_text=False) or record
+        if reattachable(record):  # the re-attach (if it went ahead) changed its state
+            record = await self.journal.get(stream_id, with_text=False) or record
         self.metrics.resumes += 1
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=False, retry_ms=self.config.retry_ms,
@@ -333,11 +335,12 @@ class ProxyApp:
             return None
         return None if self._expired(record) else record
 
-    async def _settled(self, stream_id: str, *, with_text: bool,
-                       wait: bool = False) -> StreamRecord | None:
+    async def _settled(self, stream_id: str, *, with_text: bool, wait: bool = False,
+                       known: StreamRecord | None = None) -> StreamRecord | None:
         """The stream, after marking it interrupted if its producer is gone (lease expired);
-        ``wait`` (readers of its frames) waits for a lease still running out."""
-        record = await self.journal.get(stream_id, with_text=with_text)
+        ``wait`` (readers of its frames) waits for a lease still running out. ``known``: the
+        record just read, to spare a read of a stream that needs nothing."""
+        record = known or await self.journal.get(stream_id, with_text=with_text)
         if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
             return record
         # A journal that follows other replicas' streams needs no wait: its readers see the
