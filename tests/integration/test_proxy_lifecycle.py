@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import openai
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -279,8 +281,25 @@ def test_a_failing_journal_ends_readers_instead_of_hanging(mock_server: str) -> 
                                headers=call.headers("seed=1; tokens=10; delay_ms=20"))
         frames = frames_of("openai-chat", response.content)
         stream_id = response.headers["unbroken-stream-id"]
-        assert [frame.id for frame in frames] == [f"{stream_id}:{n}" for n in (1, 2, 3)]
+        # The three journaled frames, then, since the stream never ended, the dialect's error
+        # frame (no id: it is not journaled), so an SDK raises instead of ending quietly.
+        assert [frame.id for frame in frames] == [f"{stream_id}:{n}" for n in (1, 2, 3)] + [
+            f"{stream_id}:3"]  # an event without id: keeps the last event id
+        error = json.loads(frames[-1].data)["error"]
+        assert (error["code"], error["type"]) == ("stream_incomplete", "server_error")
+        assert error["message"] == (
+            f"unbroken proxy: this response ended before stream {stream_id} did (after seq 3); "
+            f"reconnect with Last-Event-ID to read on, or see GET /v1/streams/{stream_id}")
+        assert b"id:" not in response.content.split(b"\n\n")[-2]
         assert journal.tail(stream_id) is None
+        # The official SDK raises on it.
+        client = openai.OpenAI(base_url=proxy + "/v1", api_key="sk-test", max_retries=0)
+        with pytest.raises(openai.APIError, match="this response ended before stream"):
+            for _chunk in client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+                extra_headers={"unbroken-mock": "seed=1; tokens=10; delay_ms=20"},
+            ):
+                pass
         deadline = time.monotonic() + 10  # the producer task ends just after its readers
         while app.state.proxy.producers:
             assert time.monotonic() < deadline

@@ -8,13 +8,14 @@ client that reconnects gets exactly the frames it missed, and a slow one never g
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 
 from starlette.responses import StreamingResponse
 
 from .journal import Journal
-from .wire import Downstream
+from .wire import Downstream, error_frame
 
-__all__ = ["SSE_HEADERS", "events_cursor", "frames_body", "stream_response"]
+__all__ = ["SSE_HEADERS", "events_cursor", "frames_body", "stream_response", "unfinished_end"]
 
 # Never cache or buffer a stream (nginx honours X-Accel-Buffering).
 SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
@@ -40,8 +41,27 @@ async def frames_body(
                 yield downstream.keepalive
     finally:
         await follow.aclose()
+    if trailer is None:
+        trailer = await unfinished_end(journal, stream_id, downstream)
     if trailer is not None:
         yield trailer
+
+
+async def unfinished_end(journal: Journal, stream_id: str,
+                         downstream: Downstream) -> bytes | None:
+    """For a response whose frames ran out before the stream ended (its producer stopped on a
+    failed commit, or runs in a process this journal cannot follow): the dialect's error frame,
+    without an id and not journaled, so that the official SDKs raise instead of ending quietly
+    on half a sentence, and a reconnect with ``Last-Event-ID`` picks up where this ended."""
+    record = await journal.get(stream_id, with_text=False)
+    if record is None or record.state.ended:
+        return None  # ended; or purged under the reader (retention), with its dialect unknown
+    last_seq = record.state.last_seq
+    frame = error_frame(record.meta.dialect, last_seq + 1, "stream_incomplete",
+                        f"unbroken proxy: this response ended before stream {stream_id} did "
+                        f"(after seq {last_seq}); reconnect with Last-Event-ID to read on, or "
+                        f"see GET /v1/streams/{stream_id}")
+    return replace(downstream, ids=False, retry_ms=None).frames(stream_id, [frame], first=False)
 
 
 def stream_response(
