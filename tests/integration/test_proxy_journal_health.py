@@ -1,13 +1,16 @@
-"""``GET /healthz`` tells a load balancer when a replica's shared journal (Redis) went away."""
+"""A replica's shared journal (Redis) failing: ``GET /healthz`` says so to a load balancer, and
+a reader whose stream Redis lost gets an error frame, not a quiet end."""
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
 from pathlib import Path
 
 import httpx2
 import pytest
-from tests.integration.test_proxy_support import CALLS, running_proxy
+import redis
+from tests.integration.test_proxy_support import CALLS, FrameReader, running_proxy
 from tests.redis_server import running_redis
 
 pytestmark = pytest.mark.integration
@@ -31,3 +34,33 @@ def test_healthz_is_503_while_redis_is_gone(tmp_path: Path, mock_server: str) ->
         body = gone.json()
         assert body["status"] == "journal unavailable"
         assert body["error"].startswith("Redis")
+
+
+def test_a_stream_lost_by_redis_ends_its_readers_with_an_error_frame(
+    tmp_path: Path, mock_server: str,
+) -> None:
+    """A Redis that loses its data mid-stream (restarted without persistence, flushed): the
+    producer's next append is refused, and the reader gets the dialect's error frame last."""
+    chat = CALLS["openai-chat"]
+    with running_redis(tmp_path / "redis") as url, running_proxy(mock_server, store=url) as (
+        proxy, _app
+    ), httpx2.stream("POST", proxy + chat.path, json=chat.body, timeout=20,
+                     headers=chat.headers("seed=2; tokens=40; delay_ms=40")) as response:
+        stream_id = response.headers["unbroken-stream-id"]
+        reader = FrameReader(response, "openai-chat")
+        head = reader.take(3)
+        assert [frame.id for frame in head] == [f"{stream_id}:{n}" for n in (1, 2, 3)]
+        flushed = redis.Redis.from_url(url)
+        try:
+            assert flushed.flushall() is True
+        finally:
+            flushed.close()
+        rest = reader.rest()
+    assert rest, "the response ended without its error frame"
+    error = json.loads(rest[-1].data)["error"]
+    assert error["code"] == "stream_incomplete"
+    assert error["message"] == (
+        f"unbroken proxy: this response ended before stream {stream_id} did (it is no longer "
+        f"in the journal); reconnect with Last-Event-ID to read on, or see "
+        f"GET /v1/streams/{stream_id}")
+    assert all(frame.id.startswith(f"{stream_id}:") for frame in rest)

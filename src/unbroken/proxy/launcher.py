@@ -138,7 +138,8 @@ class Launcher:
                                     "different request"), endpoint.dialect)
         self.metrics.idempotent_attaches += 1
         stream_id = record.meta.stream_id
-        await self.recovery.settle(stream_id, wait=True)
+        # A journal that follows other replicas needs no lease wait (its readers see it end).
+        await self.recovery.settle(stream_id, wait=not self.journal.follows_other_processes)
         log_event("stream.attach", stream_id=stream_id, reason="idempotency_key")
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=False, retry_ms=self.config.retry_ms,

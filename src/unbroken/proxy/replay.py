@@ -54,13 +54,17 @@ async def unfinished_end(journal: Journal, stream_id: str,
     without an id and not journaled, so that the official SDKs raise instead of ending quietly
     on half a sentence, and a reconnect with ``Last-Event-ID`` picks up where this ended."""
     record = await journal.get(stream_id, with_text=False)
-    if record is None or record.state.ended:
-        return None  # ended; or purged under the reader (retention), with its dialect unknown
-    last_seq = record.state.last_seq
-    frame = error_frame(record.meta.dialect, last_seq + 1, "stream_incomplete",
+    if record is not None and record.state.ended:
+        return None
+    # No record: the stream went away under the reader (a purge, or a Redis that lost it).
+    if record is None:
+        last_seq, where = 0, "it is no longer in the journal"
+    else:
+        last_seq, where = record.state.last_seq, f"after seq {last_seq}"
+    frame = error_frame(downstream.dialect, last_seq + 1, "stream_incomplete",
                         f"unbroken proxy: this response ended before stream {stream_id} did "
-                        f"(after seq {last_seq}); reconnect with Last-Event-ID to read on, or "
-                        f"see GET /v1/streams/{stream_id}")
+                        f"({where}); reconnect with Last-Event-ID to read on, or see "
+                        f"GET /v1/streams/{stream_id}")
     return replace(downstream, ids=False, retry_ms=None).frames(stream_id, [frame], first=False)
 
 

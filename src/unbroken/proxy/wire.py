@@ -41,6 +41,7 @@ class Downstream:
     """How one response serializes frames: SSE with or without ids, or NDJSON."""
 
     media_type: str
+    dialect: str = "openai-chat"  # whose error frame ends a response cut short
     ndjson: bool = False
     ids: bool = True
     keepalive: bytes | None = KEEPALIVE_COMMENT
@@ -77,12 +78,14 @@ def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
     (and can resume with ``Last-Event-ID``) like every other dialect.
     """
     if events_endpoint:
-        return Downstream(media_type="text/event-stream; charset=utf-8", retry_ms=retry_ms)
+        return Downstream(media_type="text/event-stream; charset=utf-8", dialect=dialect,
+                          retry_ms=retry_ms)
     if dialect == "ollama":
-        return Downstream(media_type=media_type, ndjson=True, ids=False, keepalive=None)
+        return Downstream(media_type=media_type, dialect=dialect, ndjson=True, ids=False,
+                          keepalive=None)
     if dialect == "gemini" and "text/event-stream" not in accept.lower():
-        return Downstream(media_type=media_type, ids=False, keepalive=b"\n")
-    return Downstream(media_type=media_type, retry_ms=retry_ms)
+        return Downstream(media_type=media_type, dialect=dialect, ids=False, keepalive=b"\n")
+    return Downstream(media_type=media_type, dialect=dialect, retry_ms=retry_ms)
 
 
 def error_frame(dialect: str, seq: int, code: str, message: str,
