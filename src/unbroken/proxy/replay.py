@@ -60,7 +60,8 @@ async def unfinished_end(journal: Journal, stream_id: str,
     if record is None:
         last_seq, where = 0, "it is no longer in the journal"
     else:
-        last_seq, where = record.state.last_seq, f"after seq {last_seq}"
+        last_seq = record.state.last_seq
+        where = f"after seq {last_seq}"
     frame = error_frame(downstream.dialect, last_seq + 1, "stream_incomplete",
                         f"unbroken proxy: this response ended before stream {stream_id} did "
                         f"({where}); reconnect with Last-Event-ID to read on, or see "
