@@ -35,7 +35,7 @@ from .events import (
 )
 from .framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from .message import Message
-from .trace import DEFAULT_RAW_BUDGET, ERROR
+from .trace import DEFAULT_RAW_BUDGET, ERROR, IGNORED
 
 __all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "Frame", "StreamReceiver"]
 
@@ -238,6 +238,14 @@ class StreamReceiver:
                 self._fail_frame(err, sse, t)
                 break
             block_id = sse.block_id if is_sse else None
+            if block_id is None and source == "proxy" and is_sse:
+                # Every frame an unbroken proxy journals carries its id; one without is the
+                # proxy's own notice that this response ends before the stream did.
+                notice = self._proxy_notice(dialect, sse, payload, t)
+                if notice is not None:
+                    append(notice)
+                    offset += sse.nbytes
+                    continue
             if source == "position":
                 position += 1
                 seq = position
@@ -254,6 +262,24 @@ class StreamReceiver:
             offset += nbytes
         self._frames_seen, self._offset, self._position = seen, offset, position
         return frames
+
+    def _proxy_notice(self, dialect: Any, sse: ServerSentEvent, payload: Any,
+                      t: float) -> Frame | None:
+        """An unnumbered error frame of an unbroken proxy (``stream_incomplete``, or a stream
+        whose producer stopped and that its owner may continue): not a frame of the stream,
+        so it is not committed (it takes no seq, fails nothing) and the message ends
+        ``interrupted`` at the body's end, to be resumed with ``Last-Event-ID``. Any other
+        unnumbered frame: ``None``, numbered as the one after the last."""
+        events: list[Event] = dialect.events(sse, payload, self._last_seq + 1)
+        error = next((e for e in events if e.__class__ is ErrorEvent), None)
+        if error is None:
+            return None
+        message = self.message
+        message.warn("proxy_notice", f"the proxy ended this response early: "
+                                     f"{error.type}: {error.message}")
+        if message.trace.enabled:
+            message.trace.record(-1, None, sse.nbytes, t, events, IGNORED, sse.raw)
+        return _new_frame(Frame, (-1, None, sse.nbytes, t, events, False, sse))
 
     def _first_seq(self, block_id: str | None, payload: Any) -> int:
         """Fix the stream's seq source from its first frame, then number that frame."""

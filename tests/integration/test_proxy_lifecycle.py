@@ -33,8 +33,9 @@ from tests.integration.test_proxy_support import (
 )
 from tests.servers import serve_in_thread
 
+import unbroken
 from unbroken.finish import Status
-from unbroken.mock import reply_text
+from unbroken.mock import reply_deltas, reply_text
 from unbroken.proxy import create_app
 from unbroken.proxy.journal import (
     FrameRecord,
@@ -304,6 +305,26 @@ def test_a_failing_journal_ends_readers_instead_of_hanging(mock_server: str) -> 
         while app.state.proxy.producers:
             assert time.monotonic() < deadline
             time.sleep(0.01)
+
+
+def test_unbroken_reads_a_failing_journals_notice_as_a_cut(mock_server: str) -> None:
+    call = CALLS["openai-chat"]
+    app = create_app(proxy_config(mock_server), journal=FailingJournal())
+    with serve_in_thread(app) as proxy:
+        # unbroken's own client takes the unnumbered error frame for what it is, the end of
+        # this response and not of the stream: the three frames stay, interrupted (not
+        # failed), and its resume meets the broken journal's 500.
+        with pytest.raises(unbroken.Interrupted), unbroken.stream(
+            "POST", proxy + call.path, json=call.body, dialect="openai-chat",
+            headers=call.headers("seed=1; tokens=10; delay_ms=20"),
+        ) as stream:
+            for _event in stream:
+                pass
+    message = stream.message
+    assert (message.status, message.last_seq, message.text) == (
+        Status.INTERRUPTED, 3, "".join(reply_deltas(1, 10)[:2]))
+    assert [warning.code for warning in message.warnings][:2] == [
+        "proxy_notice", "no_finish_reason"]
 
 
 def test_an_upstream_that_compresses_anyway_is_decoded() -> None:

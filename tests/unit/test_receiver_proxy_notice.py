@@ -1,0 +1,74 @@
+"""An unbroken proxy's unnumbered error frame (``stream_incomplete``; a stream its owner may yet
+continue) is a notice that the response ended early, not a frame of the stream: it takes no seq,
+fails nothing, and the message ends ``interrupted``, resumable with ``Last-Event-ID``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from unbroken.errors import ProviderError
+from unbroken.finish import FinishReason, Status
+from unbroken.receiver import StreamReceiver
+from unbroken.trace import IGNORED
+
+
+def chunk(text: str, finish: str | None = None) -> str:
+    return json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [
+        {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}]})
+
+
+NOTICE = json.dumps({"error": {"message": "unbroken proxy: this response ended before stream "
+                                          "ub_x did (after seq 2)", "type": "server_error",
+                               "param": None, "code": "stream_incomplete"}})
+
+
+def numbered(first: int, datas: list[str]) -> str:
+    return "".join(f"id: ub_x:{n}\ndata: {d}\n\n" for n, d in enumerate(datas, first))
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000])
+def test_the_notice_interrupts_and_a_resume_completes_exactly(step: int) -> None:
+    body = (numbered(1, [chunk("你好"), chunk("、世")]) + f"data: {NOTICE}\n\n").encode()
+    receiver = StreamReceiver("openai-chat")
+    frames = [f for i in range(0, len(body), step) for f in receiver.receive_data(
+        body[i : i + step], 0.5)]
+    frames += receiver.receive_eof(1.0)
+    assert [(f.seq, f.committed) for f in frames] == [(1, True), (2, True), (-1, False)]
+    message = receiver.message
+    assert (message.status, message.text, message.last_seq, message.error) == (
+        Status.INTERRUPTED, "你好、世", 2, None)
+    assert [w.code for w in message.warnings] == ["proxy_notice", "no_finish_reason"]
+    assert message.warnings[0].detail == (
+        "the proxy ended this response early: stream_incomplete: unbroken proxy: this response "
+        "ended before stream ub_x did (after seq 2)")
+    assert [(row.seq, row.outcome) for row in message.trace.frames] == [
+        (1, "committed"), (2, "committed"), (-1, IGNORED)]
+    # The resume with Last-Event-ID ub_x:2 gets seq 3 on: nothing lost, nothing twice.
+    resumed = receiver.reconnect("ub_x:2")
+    tail = numbered(3, [chunk("界"), chunk("", "stop"), "[DONE]"]).encode()
+    resumed.receive_data(tail, 2.0)
+    resumed.receive_eof(2.1)
+    assert (message.status, message.finish_reason, message.text, message.last_seq) == (
+        Status.COMPLETED, FinishReason.STOP, "你好、世界", 5)
+
+
+def test_a_numbered_error_frame_of_the_proxy_still_fails_the_stream() -> None:
+    body = (numbered(1, [chunk("a")]) + f"id: ub_x:2\ndata: {NOTICE}\n\n").encode()
+    receiver = StreamReceiver("openai-chat")
+    receiver.receive_data(body)
+    receiver.receive_eof()
+    message = receiver.message
+    assert (message.status, message.last_seq, message.text) == (Status.FAILED, 2, "a")
+    assert isinstance(message.error, ProviderError)
+
+
+def test_an_unnumbered_error_without_proxy_ids_still_fails_the_stream() -> None:
+    body = (f"data: {chunk('a')}\n\ndata: {NOTICE}\n\n").encode()
+    receiver = StreamReceiver("openai-chat")
+    receiver.receive_data(body)
+    receiver.receive_eof()
+    message = receiver.message
+    assert (message.status, message.last_seq, message.text) == (Status.FAILED, 2, "a")
+    assert isinstance(message.error, ProviderError)
