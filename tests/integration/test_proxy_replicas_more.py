@@ -251,11 +251,6 @@ def test_a_background_stream_left_by_a_sigkilled_a_is_reattached_upstream_on_b(
 # -- known failures (strict: each one passes once its bug is fixed) --------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an owner's resume of a background stream that arrives on B while the dead A's lease still "
-    "runs follows the stream until B settles it continuable (no frame), then ends with an empty "
-    "body: app.py _resume decides re-attach and trailer once, before the lease ran out, and "
-    "replay.unfinished_end returns None for any ended state, 'interrupted' (continuable) too"))
 def test_an_owner_resume_on_b_before_a_dead_lease_ran_out_does_not_end_silently(
     replicas: tuple[ProxyProcess, ProxyProcess], mock_server: str
 ) -> None:
@@ -275,15 +270,19 @@ def test_an_owner_resume_on_b_before_a_dead_lease_ran_out_does_not_end_silently(
                           headers=call.headers(scenario) | resume)
     assert resumed.status_code == 200
     rest = frames_of("openai-responses", resumed.content)
-    assert rest, "the resume's body is empty: no frame, no error; an SDK ends quietly"
-    if rest[-1].event == "response.completed":  # fixed by re-attaching once the lease ran out
-        assert [frame.block_id for frame in rest] == ids(stream_id, taken + 1, total)
-        joined = message_of("openai-responses", b"".join(frame.raw for frame in head),
-                            resumed.content)
-        assert (joined.text, joined.status) == (reply_text(seed, tokens), Status.COMPLETED)
-    else:  # fixed by the error frame a reader of a continuable stream gets (no id)
-        assert [(frame.event, frame.block_id) for frame in rest] == [("error", None)]
-        assert json.loads(rest[0].data)["code"] == "proxy_restarted"
+    # B followed until its recovery settled the stream continuable, then said so: the error
+    # frame a reader of a continuable stream gets (no id; an SDK raises, it does not end quietly).
+    assert [(frame.event, frame.block_id) for frame in rest] == [("error", None)]
+    assert json.loads(rest[0].data)["code"] == "proxy_restarted"
+    # The owner's next resume (what unbroken's client does by itself) re-attaches it upstream.
+    again = httpx2.post(b.base_url + call.path, json=BACKGROUND, timeout=TIMEOUT,
+                        headers=call.headers(scenario) | resume)
+    assert again.status_code == 200
+    rest = frames_of("openai-responses", again.content)
+    assert [frame.block_id for frame in rest] == ids(stream_id, taken + 1, total)
+    joined = message_of("openai-responses", b"".join(frame.raw for frame in head),
+                        again.content)
+    assert (joined.text, joined.status) == (reply_text(seed, tokens), Status.COMPLETED)
 
 
 def slow_headers(app: ASGIApp, seconds: float) -> ASGIApp:

@@ -48,7 +48,7 @@ from .metrics import CONTENT_TYPE, ProxyMetrics
 from .relay import not_found, relay, target, upstream_unreachable
 from .replay import events_cursor, stream_response
 from .routing import Endpoint, endpoint_for, request_headers, wants_stream
-from .wire import Downstream, downstream_for, error_body, error_frame
+from .wire import downstream_for, error_body
 
 __all__ = ["ProxyApp", "create_app"]
 
@@ -252,11 +252,10 @@ class ProxyApp:
             self.metrics.resumes += 1
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=True, retry_ms=self.config.retry_ms)
-        trailer = _unjournaled_end(record, downstream)
-        if record.state.ended and after >= record.state.last_seq and trailer is None:
+        if record.state.ended and after >= record.state.last_seq and not reattachable(record):
             return Response(status_code=204)  # nothing more will come: an EventSource stops
         return stream_response(self.journal, stream_id, after, downstream,
-                               keepalive=self.config.keepalive, trailer=trailer)
+                               keepalive=self.config.keepalive)
 
     # -- forwarding ---------------------------------------------------------------------------
 
@@ -308,7 +307,6 @@ class ProxyApp:
         return stream_response(
             self.journal, stream_id, after, downstream, keepalive=self.config.keepalive,
             headers=list(record.meta.response_headers),
-            trailer=_unjournaled_end(record, downstream),
         )
 
     async def _pass_through(self, request: Request, endpoint: Endpoint,
@@ -352,18 +350,6 @@ class ProxyApp:
 
     def _expired(self, record: StreamRecord) -> bool:
         return expired(self.journal, record, self.config.retention)
-
-
-def _unjournaled_end(record: StreamRecord, downstream: Downstream) -> bytes | None:
-    """For a reader of a background stream that waits for its owner to re-attach it: the
-    dialect's error frame, without an id and not journaled (the stream may yet go on)."""
-    if not reattachable(record):
-        return None
-    frame = error_frame(record.meta.dialect, record.state.last_seq + 1, "proxy_restarted",
-                        "unbroken proxy: the stream stopped with the proxy that produced it; "
-                        "its owner's next resume continues it")
-    return replace(downstream, ids=False, retry_ms=None).frames(record.meta.stream_id, [frame],
-                                                                first=False)
 
 
 def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = None) -> Starlette:

@@ -13,9 +13,10 @@ from dataclasses import replace
 from starlette.responses import StreamingResponse
 
 from .journal import Journal
+from .lease import reattachable
 from .wire import Downstream, error_frame
 
-__all__ = ["SSE_HEADERS", "events_cursor", "frames_body", "stream_response", "unfinished_end"]
+__all__ = ["SSE_HEADERS", "end_notice", "events_cursor", "frames_body", "stream_response"]
 
 # Never cache or buffer a stream (nginx honours X-Accel-Buffering).
 SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
@@ -24,10 +25,9 @@ _OWN_HEADERS = frozenset({"content-type", "cache-control", "x-accel-buffering"})
 
 async def frames_body(
     journal: Journal, stream_id: str, after: int, downstream: Downstream, keepalive: float,
-    trailer: bytes | None = None,
 ) -> AsyncIterator[bytes]:
     """The response body: one chunk per batch of frames, keep-alives while the tail is idle,
-    then ``trailer`` (bytes that are not a journaled frame) if given."""
+    then, if the stream did not end with them, the proxy's notice (``end_notice``)."""
     first = True
     follow = journal.follow(
         stream_id, after, keepalive=keepalive if downstream.keepalive is not None else None
@@ -41,31 +41,35 @@ async def frames_body(
                 yield downstream.keepalive
     finally:
         await follow.aclose()
-    if trailer is None:
-        trailer = await unfinished_end(journal, stream_id, downstream)
-    if trailer is not None:
-        yield trailer
+    notice = await end_notice(journal, stream_id, downstream)
+    if notice is not None:
+        yield notice
 
 
-async def unfinished_end(journal: Journal, stream_id: str,
-                         downstream: Downstream) -> bytes | None:
-    """For a response whose frames ran out before the stream ended (its producer stopped on a
-    failed commit, or runs in a process this journal cannot follow): the dialect's error frame,
-    without an id and not journaled, so that the official SDKs raise instead of ending quietly
-    on half a sentence, and a reconnect with ``Last-Event-ID`` picks up where this ended."""
+async def end_notice(journal: Journal, stream_id: str, downstream: Downstream) -> bytes | None:
+    """What a response whose frames ran out says last, read when they ran out (not when it
+    began: a replica's recovery may have settled the stream meanwhile). ``None`` for a stream
+    that ended with its frames. Otherwise the dialect's error frame, without an id and not
+    journaled, so that the official SDKs raise instead of ending quietly on half a sentence:
+    ``proxy_restarted`` for a background stream left by a dead producer (its owner's next
+    resume re-attaches it upstream), ``stream_incomplete`` for one whose frames stopped before
+    its end (a failed commit, a producer in a process this journal cannot follow, a stream the
+    journal lost). A reconnect with ``Last-Event-ID`` picks up where this response ended."""
     record = await journal.get(stream_id, with_text=False)
-    if record is not None and record.state.ended:
-        return None
-    # No record: the stream went away under the reader (a purge, or a Redis that lost it).
-    if record is None:
-        last_seq, where = 0, "it is no longer in the journal"
-    else:
+    if record is not None and reattachable(record):
+        code, detail = "proxy_restarted", (
+            "unbroken proxy: the stream stopped with the proxy that produced it; its owner's "
+            "next resume continues it")
         last_seq = record.state.last_seq
-        where = f"after seq {last_seq}"
-    frame = error_frame(downstream.dialect, last_seq + 1, "stream_incomplete",
-                        f"unbroken proxy: this response ended before stream {stream_id} did "
-                        f"({where}); reconnect with Last-Event-ID to read on, or see "
-                        f"GET /v1/streams/{stream_id}")
+    elif record is not None and record.state.ended:
+        return None
+    else:
+        last_seq = 0 if record is None else record.state.last_seq
+        where = "it is no longer in the journal" if record is None else f"after seq {last_seq}"
+        code, detail = "stream_incomplete", (
+            f"unbroken proxy: this response ended before stream {stream_id} did ({where}); "
+            f"reconnect with Last-Event-ID to read on, or see GET /v1/streams/{stream_id}")
+    frame = error_frame(downstream.dialect, last_seq + 1, code, detail)
     return replace(downstream, ids=False, retry_ms=None).frames(stream_id, [frame], first=False)
 
 
@@ -78,7 +82,6 @@ def stream_response(
     keepalive: float,
     status_code: int = 200,
     headers: list[tuple[str, str]] | None = None,
-    trailer: bytes | None = None,
 ) -> StreamingResponse:
     """A streaming response of the frames after ``after``, with the proxy's headers."""
     out = [(name, value) for name, value in headers or () if name.lower() not in _OWN_HEADERS]
@@ -86,7 +89,7 @@ def stream_response(
     out.extend(SSE_HEADERS)
     out.append(("unbroken-stream-id", stream_id))
     response = StreamingResponse(
-        frames_body(journal, stream_id, after, downstream, keepalive, trailer),
+        frames_body(journal, stream_id, after, downstream, keepalive),
         status_code=status_code,
     )
     response.raw_headers = [
