@@ -294,10 +294,6 @@ def slow_headers(app: ASGIApp, seconds: float) -> ASGIApp:
     return delayed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "two creates with one Idempotency-Key on two replicas at once both go upstream: the key is "
-    "looked up (find_idempotent) before the upstream request and written by journal.create "
-    "after it, and PendingKeys (idempotency.py) serializes requests of one process only"))
 def test_one_key_posted_on_a_and_b_at_once_makes_one_generation(
     redis_url: str, tmp_path: Path
 ) -> None:

@@ -329,3 +329,25 @@ async def test_an_append_resent_after_a_lost_reply_is_taken_once(
     (refused,) = await a._commit([("s1", other, streaming(3), None)])
     assert isinstance(refused, redis.exceptions.ResponseError)
     assert str(refused) == "BADSEQ stream s1: seq 2 is stored already, with other data"
+
+
+async def test_an_idempotency_key_is_claimed_by_one_replica_until_it_creates_or_lets_go(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    key = "k" * 64
+    assert await a.claim_idempotent(key, "claim:a", 60) is True
+    assert await b.claim_idempotent(key, "claim:b", 60) is False
+    assert await a.claim_idempotent(key, "claim:a", 60) is True  # its holder renews it
+    assert await b.find_idempotent(key) is None  # a claim names no stream yet
+    await a.create(replace(meta("s1"), idempotency_hash=key), streaming(0))
+    found = await b.find_idempotent(key)
+    assert found is not None and found.meta.stream_id == "s1"
+    assert await b.claim_idempotent(key, "claim:b", 60) is False  # the key names a stream
+    assert await b.claim_idempotent(key, "claim:b", 60, replacing="s1") is True  # expired one
+    await a.release_idempotent(key, "claim:a")  # not a's claim any more: nothing changes
+    assert await a.claim_idempotent(key, "claim:a", 60) is False
+    await b.release_idempotent(key, "claim:b")
+    assert await a.claim_idempotent(key, "claim:a", 0.05) is True
+    await asyncio.sleep(0.2)  # an unrenewed claim lapses: its holder died mid-create
+    assert await b.claim_idempotent(key, "claim:b", 60) is True

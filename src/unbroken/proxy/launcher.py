@@ -36,6 +36,10 @@ from .wire import downstream_for, error_body
 
 __all__ = ["Launcher", "expired"]
 
+_CLAIM_POLL_S = 0.05  # how often a request waits on a key another replica is creating
+_CLAIM_MARGIN_S = 1.0  # past a claim's lifetime: it expired or was taken by then
+log = logging.getLogger("unbroken.proxy")
+
 
 def expired(journal: Journal, record: StreamRecord, retention: float) -> bool:
     """An ended stream past its retention (a stream live in this process never is)."""
@@ -121,14 +125,56 @@ class Launcher:
         created: str | None = None
         try:
             found = await self.journal.find_idempotent(key)
-            if found is not None and not expired(self.journal, found, self.config.retention):
+            if found is None or expired(self.journal, found, self.config.retention):
+                claimed = await self._claim_key(key, None if found is None
+                                                else found.meta.stream_id)
+                if isinstance(claimed, Refusal):
+                    return self.refuse(claimed, endpoint.dialect)
+                found = claimed
+            if found is not None:
                 created = found.meta.stream_id
                 return await self._attach(found, asked, endpoint, request)
-            response, created = await self._create(request, endpoint, body, credential,
-                                                   idempotency=(key, asked))
+            keeper = asyncio.get_running_loop().create_task(self._keep_claim(key))
+            try:
+                response, created = await self._create(request, endpoint, body, credential,
+                                                       idempotency=(key, asked))
+            finally:
+                keeper.cancel()
+                if created is None:
+                    await self.journal.release_idempotent(key, self._claimer)
             return response
         finally:
             self.pending_keys.settle(key, created)
+
+    @property
+    def _claimer(self) -> str:
+        return "claim:" + self.leases.owner
+
+    async def _claim_key(self, key: str, stale: str | None) -> StreamRecord | Refusal | None:
+        """Claim the key for this process's create (``None``), or the stream another replica
+        created with it meanwhile. A claim lasts a lease period unless its holder renews it,
+        so a replica that dies mid-create holds others up that long at most."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.lease_ttl + _CLAIM_MARGIN_S
+        while not await self.journal.claim_idempotent(key, self._claimer,
+                                                      self.config.lease_ttl, replacing=stale):
+            found = await self.journal.find_idempotent(key)
+            if found is not None and not expired(self.journal, found, self.config.retention):
+                return found
+            if loop.time() > deadline:
+                return Refusal(status=409, message="unbroken proxy: another request with this "
+                                                   "Idempotency-Key is being started; retry")
+            await asyncio.sleep(_CLAIM_POLL_S)  # rare: two replicas got one key at once
+        return None
+
+    async def _keep_claim(self, key: str) -> None:
+        """Renew this process's claim on a key while its create waits for the upstream."""
+        while True:
+            await asyncio.sleep(self.config.lease_renew)
+            try:
+                await self.journal.claim_idempotent(key, self._claimer, self.config.lease_ttl)
+            except Exception:
+                log.exception("renewing an idempotency claim failed")
 
     async def _attach(self, record: StreamRecord, asked: str, endpoint: Endpoint,
                       request: Request) -> Response:

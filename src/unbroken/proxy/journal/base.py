@@ -322,6 +322,18 @@ class Journal(ABC):
         (tombstones older than ``older_than``)."""
         return await self._purge(older_than, frozenset(self._tails))
 
+    async def claim_idempotent(self, idempotency_hash: str, claimer: str, ttl: float,
+                               replacing: str | None = None) -> bool:
+        """Reserve an idempotency key for one create, across the processes that share this
+        journal, for ``ttl`` seconds (claiming it again extends it); whether ``claimer`` holds
+        it. ``replacing``: a stream the key names that may be replaced (expired). A journal of
+        one process lets every claim through: ``PendingKeys`` orders requests within it."""
+        return True
+
+    async def release_idempotent(self, idempotency_hash: str, claimer: str) -> None:
+        """Give up a claim whose create did not happen (the upstream refused, say)."""
+        return None  # nothing to give up where every claim went through
+
     async def problem(self) -> str | None:
         """Why the storage cannot be used right now (``GET /healthz`` answers 503 with it), or
         ``None``. A journal in this process's memory or files has none to report."""

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPEND", "CREATE", "PURGE", "PURGE_TOMBSTONES", "RENEW", "SET_LEASE"]
+__all__ = ["APPEND", "CLAIM", "CREATE", "PURGE", "PURGE_TOMBSTONES", "RELEASE", "RENEW",
+           "SET_LEASE"]
 
 # KEYS: s, unfinished, updated, idem ('' for none), owner set ('' for none)
 # ARGV: id, meta, state, status, token, cred, owner, expires, updated, ended, idem hash
@@ -188,4 +189,21 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   end
 end
 return n
+"""
+
+# An idempotency key claimed before its upstream request (CREATE then names the stream).
+# KEYS: idem.  ARGV: claimer, ttl in ms, a stream id the key may name and be taken from ('' none)
+CLAIM: Final = """
+local held = redis.call('GET', KEYS[1])
+if held == false or held == ARGV[1] or (ARGV[3] ~= '' and held == ARGV[3]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS: idem.  ARGV: claimer
+RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
 """

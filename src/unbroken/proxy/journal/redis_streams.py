@@ -126,7 +126,8 @@ class RedisJournal(Journal):
         await super().close()
 
     async def _load_scripts(self) -> None:
-        for name in ("CREATE", "APPEND", "PURGE", "PURGE_TOMBSTONES", "SET_LEASE", "RENEW"):
+        for name in ("CREATE", "APPEND", "PURGE", "PURGE_TOMBSTONES", "SET_LEASE", "RENEW",
+                     "CLAIM", "RELEASE"):
             self._shas[name] = await self._redis.script_load(getattr(redis_scripts, name))
 
     async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -318,6 +319,15 @@ class RedisJournal(Journal):
         return purged
 
     # -- other processes ----------------------------------------------------------------------
+
+    async def claim_idempotent(self, idempotency_hash: str, claimer: str, ttl: float,
+                               replacing: str | None = None) -> bool:
+        held: int = await self._eval("CLAIM", [self._global("idem:" + idempotency_hash)],
+                                     [claimer, max(1, round(ttl * 1000)), replacing or ""])
+        return held == 1
+
+    async def release_idempotent(self, idempotency_hash: str, claimer: str) -> None:
+        await self._eval("RELEASE", [self._global("idem:" + idempotency_hash)], [claimer])
 
     async def problem(self) -> str | None:
         """``None`` if Redis answers a PING within ``PING_TIMEOUT`` seconds, else why not."""
