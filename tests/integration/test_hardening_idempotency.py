@@ -13,9 +13,19 @@ import httpx2
 import openai
 import pytest
 from tests.integration.hardening_process import ProxyProcess
-from tests.integration.test_proxy_support import CALLS, KEY, OTHER_KEY, message_of, mock_counts
+from tests.integration.test_proxy_support import (
+    CALLS,
+    KEY,
+    OTHER_KEY,
+    message_of,
+    mock_counts,
+    proxy_config,
+)
+from tests.servers import serve_in_thread
 
 from unbroken.mock import reply_text
+from unbroken.proxy import create_app
+from unbroken.proxy.journal import MemoryJournal
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +125,25 @@ def test_a_restarted_proxy_still_knows_the_key(tmp_path: Path, mock_server: str)
     with ProxyProcess.start(mock_server, store, log, "--log-level", "warning") as process:
         assert _sdk_text(process.base_url, KEY, "restart-1") == FULL
     assert mock_counts(mock_server)["generations"] == CHAT
+
+
+class _KeyHeldElsewhere(MemoryJournal):
+    """A journal shared with a replica that holds every key and never creates its stream."""
+
+    async def claim_idempotent(self, idempotency_hash: str, claimer: str, ttl: float,
+                               replacing: str | None = None) -> bool:
+        return False
+
+
+def test_a_key_held_by_another_replica_past_every_timeout_is_409(mock_server: str) -> None:
+    config = proxy_config(mock_server, connect_timeout=0.1, read_timeout=0.1, lease_ttl=0.2,
+                          lease_renew=0.1)
+    app = create_app(config, journal=_KeyHeldElsewhere())
+    call = CALLS["openai-chat"]
+    with serve_in_thread(app) as proxy:
+        response = httpx2.post(proxy + call.path, json=call.body, timeout=10,
+                               headers=call.headers("tokens=3") | {"Idempotency-Key": "held"})
+    assert response.status_code == 409
+    assert response.json()["error"]["message"] == (
+        "unbroken proxy: another request with this Idempotency-Key is being started; retry")
+    assert mock_counts(mock_server)["generations"] == {}

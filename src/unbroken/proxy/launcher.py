@@ -153,11 +153,14 @@ class Launcher:
     async def _claim_key(self, key: str, stale: str | None) -> StreamRecord | Refusal | None:
         """Claim the key for this process's create (``None``), or the stream another replica
         created with it meanwhile. A claim lasts a lease period unless its holder renews it,
-        so a replica that dies mid-create holds others up that long at most."""
+        so a replica that dies mid-create holds others up that long at most; a live one is
+        waited for as long as its upstream may take to answer, then 409."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.lease_ttl + _CLAIM_MARGIN_S
-        while not await self.journal.claim_idempotent(key, self._claimer,
-                                                      self.config.lease_ttl, replacing=stale):
+        config = self.config
+        deadline = (loop.time() + config.connect_timeout + config.read_timeout
+                    + config.lease_ttl + _CLAIM_MARGIN_S)
+        while not await self.journal.claim_idempotent(key, self._claimer, config.lease_ttl,
+                                                      replacing=stale):
             found = await self.journal.find_idempotent(key)
             if found is not None and not expired(self.journal, found, self.config.retention):
                 return found
