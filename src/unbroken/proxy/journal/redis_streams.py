@@ -188,7 +188,7 @@ class RedisJournal(Journal):
             return future
         self._pending.append((stream_id, frames, state, future))
         if self._flusher is None or self._flusher.done():
-            # Starts on the next turn: everything appended in this one goes in one pipeline.
+            # Starts on the next turn: everything appended in this one goes in one call.
             self._flusher = loop.create_task(self._flush(), name="unbroken-journal-commit")
         return future
 
@@ -243,6 +243,10 @@ class RedisJournal(Journal):
                 self._written[stream_id] = state
             results.append(reply)
         return results
+
+    def release(self, stream_id: str) -> None:
+        self._written.pop(stream_id, None)  # its producer stopped without its final append
+        super().release(stream_id)
 
     # -- reads --------------------------------------------------------------------------------
 
