@@ -86,7 +86,9 @@ class Recovery:
             wait = 0.0 if lease is None else lease.expires - time.time()
             if wait <= 0:
                 marked += await self.settle(stream_id) is not None
-            else:
+            elif not self.journal.follows_other_processes:
+                # A shared journal needs no timer per stream: its live streams belong to
+                # running replicas, and the proxy's periodic sweep settles a dead one's.
                 timer = loop.call_later(wait + 0.01, self._settle_later, stream_id)
                 self._timers.add(timer)
         return marked
