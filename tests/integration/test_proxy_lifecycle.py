@@ -327,6 +327,29 @@ def test_unbroken_reads_a_failing_journals_notice_as_a_cut(mock_server: str) -> 
         "proxy_notice", "no_finish_reason"]
 
 
+@pytest.mark.parametrize("dialect", ["openai-chat", "anthropic"])
+def test_a_resume_that_fails_on_the_journal_is_503_in_its_dialect(
+    mock_server: str, dialect: str
+) -> None:
+    call = CALLS[dialect]
+    journal = FailingJournal()
+    app = create_app(proxy_config(mock_server), journal=journal)
+    with serve_in_thread(app) as proxy:
+        first = httpx2.post(proxy + call.path, json=call.body, timeout=10,
+                            headers=call.headers("seed=1; tokens=10; delay_ms=20"))
+        stream_id = first.headers["unbroken-stream-id"]
+        # The stream never ended and its producer is gone: the resume would mark it
+        # interrupted, and that append fails too.
+        resumed = httpx2.post(proxy + call.path, json=call.body, timeout=10,
+                              headers=call.headers("") | {"Last-Event-ID": f"{stream_id}:1"})
+    assert (resumed.status_code, resumed.headers["retry-after"]) == (503, "1")
+    message = "unbroken proxy: the journal is unavailable (OSError); retry"
+    assert resumed.json() == (
+        {"type": "error", "error": {"type": "api_error", "message": message}}
+        if dialect == "anthropic" else
+        {"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+
+
 def test_an_upstream_that_compresses_anyway_is_decoded() -> None:
     chunk = (b'data: {"choices":[{"index":0,"delta":{"content":"h\\u00e9"},'
              b'"finish_reason":null}]}\n\n')

@@ -40,6 +40,7 @@ from .access import may_read, parse_event_id
 from .config import ProxyConfig
 from .cors import SERVED_METHODS, CORSStarlette, cors_options
 from .journal import Journal, StreamRecord, journal_for
+from .journal_failures import JOURNAL_ERRORS, journal_failed
 from .launcher import Launcher, expired
 from .lease import LeaseKeeper, Recovery, reattachable, running_elsewhere
 from .limits import Refusal, body_refusal, read_body
@@ -370,6 +371,7 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
         Route("/{path:path}", proxy.forward, methods=SERVED_METHODS),
     ]
     app = CORSStarlette(routes=routes, lifespan=proxy.lifespan,
-                        cors=cors_options(config.cors_origins))
+                        cors=cors_options(config.cors_origins),
+                        exception_handlers={error: journal_failed for error in JOURNAL_ERRORS})
     app.state.proxy = proxy
     return app
