@@ -1,7 +1,9 @@
 """Two proxy replicas (A and B) on one Redis journal, continued: an ``Idempotency-Key`` posted on
 B attaches to the stream A is producing; a client that resumed on B by re-POSTing with
 ``Last-Event-ID`` gets the dialect's error frame when A is SIGKILLed; a Responses background
-stream left by a SIGKILLed A is re-attached upstream on B by its owner.
+stream left by a SIGKILLed A is re-attached upstream on B by its owner; an owner's resume that
+reaches B before the dead A's lease ran out ends with ``proxy_restarted``, not an empty body; one
+key posted on A and B at once makes one generation.
 
 The pair and its helpers come from ``test_proxy_replicas.py`` (``python -m unbroken.proxy``
 twice, producer leases of 2 s renewed every 0.5 s).
@@ -248,7 +250,7 @@ def test_a_background_stream_left_by_a_sigkilled_a_is_reattached_upstream_on_b(
         "generations": {"/v1/responses": 1}, "resumes": {"/v1/responses": 1}}
 
 
-# -- known failures (strict: each one passes once its bug is fixed) --------------------------
+# -- races between replicas (each was a bug this file found) ---------------------------------
 
 
 def test_an_owner_resume_on_b_before_a_dead_lease_ran_out_does_not_end_silently(
