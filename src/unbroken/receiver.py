@@ -111,6 +111,9 @@ class StreamReceiver:
             message if message is not None else Message(trace=trace, raw_budget=raw_budget)
         )
         self.stream_id: str | None = None
+        # The Unbroken-Stream-Id of the response, when the caller saw one: an unbroken proxy
+        # numbers every SSE frame it journals, so an unnumbered error frame is its notice.
+        self.proxy_stream: str | None = None
         self.seq_source: SeqSourceName | None = None
         self.finished = False
         self._max_event_size = max_event_size
@@ -238,7 +241,10 @@ class StreamReceiver:
                 self._fail_frame(err, sse, t)
                 break
             block_id = sse.block_id if is_sse else None
-            if block_id is None and source == "proxy" and is_sse:
+            if block_id is None and is_sse and (source == "proxy" or (
+                source is None and self.proxy_stream is not None
+                and self.dialect_name != "gemini"  # a Gemini POST may carry no ids at all
+            )):
                 # Every frame an unbroken proxy journals carries its id; one without is the
                 # proxy's own notice that this response ends before the stream did.
                 notice = self._proxy_notice(dialect, sse, payload, t)

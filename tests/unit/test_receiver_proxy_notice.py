@@ -72,3 +72,20 @@ def test_an_unnumbered_error_without_proxy_ids_still_fails_the_stream() -> None:
     message = receiver.message
     assert (message.status, message.last_seq, message.text) == (Status.FAILED, 2, "a")
     assert isinstance(message.error, ProviderError)
+
+
+def test_a_notice_before_any_frame_counts_when_the_response_named_a_proxy_stream() -> None:
+    # No numbered frame yet (the journal failed at once): the response's Unbroken-Stream-Id
+    # header, which the client passes on, says whose notice this is.
+    receiver = StreamReceiver("openai-chat")
+    receiver.proxy_stream = "ub_x"
+    frames = receiver.receive_data(f"data: {NOTICE}\n\n".encode())
+    receiver.receive_eof()
+    assert [(f.seq, f.committed) for f in frames] == [(-1, False)]
+    message = receiver.message
+    assert (message.status, message.last_seq, message.error) == (Status.INTERRUPTED, -1, None)
+    # Without the header it is the provider's error, as from any server.
+    plain = StreamReceiver("openai-chat")
+    plain.receive_data(f"data: {NOTICE}\n\n".encode())
+    plain.receive_eof()
+    assert plain.message.status is Status.FAILED

@@ -194,6 +194,8 @@ class StreamSession:
         if self._kind == "resume":
             after = self.message.last_seq if self._by_position_through_proxy() else None
             self.receiver = self.receiver.reconnect(position_after=after)
+        if stream_id:
+            self.receiver.proxy_stream = stream_id
 
     def receive(self, data: bytes, now: float) -> list[Event]:
         """Bytes of the body in, newly committed events out; raises a passed deadline."""
@@ -364,6 +366,10 @@ class StreamSession:
             return str(self.message.last_seq)
         if self._by_position_through_proxy():
             return f"{self._stream_id}:{self.message.last_seq}"
+        if self._stream_id is not None and self.message.last_seq < 0 and not self._last_id:
+            # An unbroken proxy answered but no frame of it came: its stream from the start,
+            # never a fresh POST (the proxy is still generating the first one).
+            return f"{self._stream_id}:0"
         return self._last_id
 
     def _by_position_through_proxy(self) -> bool:
