@@ -12,8 +12,6 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from ..dialects import get_dialect
 from ..errors import (
@@ -38,6 +36,7 @@ from .policy import (
     is_retryable,
     server_retry_delay,
 )
+from .resume_point import background_url, by_position_through_proxy, is_background, last_event_id
 
 __all__ = ["LONGEST_SERVER_DELAY", "Request", "StreamSession"]
 
@@ -359,38 +358,21 @@ class StreamSession:
 
     def _last_event_id(self) -> str:
         """The id of the last committed frame: where a resume must continue from."""
-        receiver = self.receiver
-        if receiver.stream_id is not None and self.message.last_seq >= 0:
-            return f"{receiver.stream_id}:{self.message.last_seq}"
-        if receiver.seq_source == "block_id" and self.message.last_seq >= 0:
-            return str(self.message.last_seq)
-        if self._by_position_through_proxy():
-            return f"{self._stream_id}:{self.message.last_seq}"
-        if self._stream_id is not None and self.message.last_seq < 0 and not self._last_id:
-            # An unbroken proxy answered but no frame of it came: its stream from the start,
-            # never a fresh POST (the proxy is still generating the first one).
-            return f"{self._stream_id}:0"
-        return self._last_id
+        return last_event_id(self.receiver, self.message.last_seq, self._stream_id,
+                             self._last_id)
 
     def _by_position_through_proxy(self) -> bool:
-        """An unbroken proxy's body without ids (Gemini, Ollama): frame n is the proxy's seq n."""
-        return (
-            self._stream_id is not None
-            and self.receiver.seq_source == "position"
-            and self.message.last_seq >= 0
-        )
+        return by_position_through_proxy(self.receiver, self.message.last_seq, self._stream_id)
 
     def _note_response_id(self, event: MessageStart) -> None:
         if not event.id or self.receiver.dialect_name not in ("openai-responses", "auto"):
             return
-        if _is_background(self.content):
+        if is_background(self.content):
             self._background_id = event.id
 
     def _background_url(self) -> str:
-        parts = urlsplit(self.url)
-        path = parts.path.rstrip("/") + f"/{self._background_id}"
-        query = f"stream=true&starting_after={self.message.last_seq}"
-        return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
+        assert self._background_id is not None
+        return background_url(self.url, self._background_id, self.message.last_seq)
 
     def _framing(self) -> str | None:
         dialect = self.receiver.dialect
@@ -414,20 +396,6 @@ class StreamSession:
             if due is None or when < due[0]:
                 due = (when, "idle")
         return due
-
-
-def _is_background(content: bytes | None) -> bool:
-    return content is not None and b'"background"' in content and _json_flag(content)
-
-
-def _json_flag(content: bytes) -> bool:
-    from ..jsonparse import loads
-
-    try:
-        body: Any = loads(content)
-    except ValueError:
-        return False
-    return isinstance(body, dict) and body.get("background") is True
 
 
 def _without_body_headers(headers: dict[str, str]) -> dict[str, str]:
