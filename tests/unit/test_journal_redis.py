@@ -351,3 +351,23 @@ async def test_an_idempotency_key_is_claimed_by_one_replica_until_it_creates_or_
     assert await a.claim_idempotent(key, "claim:a", 0.05) is True
     await asyncio.sleep(0.2)  # an unrenewed claim lapses: its holder died mid-create
     assert await b.claim_idempotent(key, "claim:b", 60) is True
+
+
+async def test_a_sweep_settles_only_the_streams_of_a_dead_replica(
+    pair: tuple[RedisJournal, RedisJournal],
+) -> None:
+    a, b = pair
+    await a.create(replace(meta("dead"), dialect="anthropic"), streaming(0),
+                   Lease("proxy_dead", time.time() - 1))
+    await a.create(meta("live"), streaming(0), Lease("proxy_live", time.time() + 60))
+    for name in ("dead", "live"):
+        await a.append(name, frames(1, 2), streaming(2))
+        a.release(name)  # produced by other processes, as far as b can tell
+    sweeper = Recovery(b, LeaseKeeper(b, ttl=15, renew_every=5))
+    assert await sweeper.sweep() == 1
+    dead, live = await b.get("dead"), await b.get("live")
+    assert dead is not None and live is not None
+    assert (dead.state.status, dead.state.last_seq) == (Status.INTERRUPTED, 3)
+    assert (live.state.status, live.state.last_seq) == (Status.STREAMING, 2)
+    assert await b.unfinished() == ["live"]
+    assert await sweeper.sweep() == 0  # nothing left to settle

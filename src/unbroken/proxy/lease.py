@@ -102,10 +102,9 @@ class Recovery:
             if self.journal.tail(stream_id) is None and not running_elsewhere(
                 lease, self.keeper.owner
             ):
-                before = await self.journal.get(stream_id, with_text=False)
-                after = await self.settle(stream_id)
-                marked += (before is not None and after is not None
-                           and not before.state.ended and after.state.ended)
+                # Listed as unfinished a moment ago: ended now means this sweep settled it.
+                settled = await self.settle(stream_id)
+                marked += settled is not None and settled.state.ended
         return marked
 
     def _settle_later(self, stream_id: str) -> None:
