@@ -54,20 +54,14 @@ def test_the_notice_interrupts_and_a_resume_completes_exactly(step: int) -> None
         Status.COMPLETED, FinishReason.STOP, "你好、世界", 5)
 
 
-def test_a_numbered_error_frame_of_the_proxy_still_fails_the_stream() -> None:
-    body = (numbered(1, [chunk("a")]) + f"id: ub_x:2\ndata: {NOTICE}\n\n").encode()
+@pytest.mark.parametrize("error_block", [
+    f"id: ub_x:2\ndata: {NOTICE}\n\n",  # numbered: a journaled frame of the stream
+    f"data: {NOTICE}\n\n",  # unnumbered, in a stream without proxy ids
+], ids=["numbered-in-a-proxy-stream", "unnumbered-without-proxy-ids"])
+def test_other_error_frames_still_fail_the_stream(error_block: str) -> None:
+    first = numbered(1, [chunk("a")]) if "id:" in error_block else f"data: {chunk('a')}\n\n"
     receiver = StreamReceiver("openai-chat")
-    receiver.receive_data(body)
-    receiver.receive_eof()
-    message = receiver.message
-    assert (message.status, message.last_seq, message.text) == (Status.FAILED, 2, "a")
-    assert isinstance(message.error, ProviderError)
-
-
-def test_an_unnumbered_error_without_proxy_ids_still_fails_the_stream() -> None:
-    body = (f"data: {chunk('a')}\n\ndata: {NOTICE}\n\n").encode()
-    receiver = StreamReceiver("openai-chat")
-    receiver.receive_data(body)
+    receiver.receive_data((first + error_block).encode())
     receiver.receive_eof()
     message = receiver.message
     assert (message.status, message.last_seq, message.text) == (Status.FAILED, 2, "a")
