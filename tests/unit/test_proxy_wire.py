@@ -21,7 +21,7 @@ DIALECTS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
 
 
 def test_sse_frames_carry_event_id_and_verbatim_data_lines() -> None:
-    downstream = Downstream(media_type="text/event-stream", retry_ms=1500)
+    downstream = Downstream(media_type="text/event-stream", dialect="openai-chat", retry_ms=1500)
     frames = [
         FrameRecord(7, "content_block_delta", b'{"a":1}'),
         FrameRecord(8, None, b"line one\nline two"),
@@ -39,7 +39,7 @@ def test_sse_frames_carry_event_id_and_verbatim_data_lines() -> None:
 
 
 def test_sse_frames_decode_back_to_the_upstream_events() -> None:
-    downstream = Downstream(media_type="text/event-stream", retry_ms=1000)
+    downstream = Downstream(media_type="text/event-stream", dialect="openai-chat", retry_ms=1000)
     frames = [FrameRecord(1, "message_start", b'{"x":"\xe4\xbd\xa0"}'),
               FrameRecord(2, None, b"a\n\nb")]
     wire = downstream.frames("ub_s", frames, first=True) + KEEPALIVE_COMMENT

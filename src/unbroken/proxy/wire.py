@@ -41,7 +41,7 @@ class Downstream:
     """How one response serializes frames: SSE with or without ids, or NDJSON."""
 
     media_type: str
-    dialect: str = "openai-chat"  # whose error frame ends a response cut short
+    dialect: str  # whose error frame ends a response cut short
     ndjson: bool = False
     ids: bool = True
     keepalive: bytes | None = KEEPALIVE_COMMENT
