@@ -74,14 +74,16 @@ def test_sigterm_lets_live_streams_finish_within_the_grace_then_interrupts_the_r
         proxy.process.send_signal(signal.SIGTERM)
         _wait_for_log(log, "proxy.draining")
         # No new stream while draining: the listener is closed, or the proxy answers 503 (and
-        # so does /healthz, for a load balancer).
+        # so does /healthz, for a load balancer). A connection that reached the kernel's backlog
+        # just before uvicorn closed the listener is reset instead (ReadError) or closed unanswered;
+        # the generation counts at the end prove no late stream started either way.
         try:
             health = httpx2.get(proxy.base_url + "/healthz", timeout=5)
             assert (health.status_code, health.json()) == (503, {"status": "draining"})
             late = httpx2.post(proxy.base_url + chat.path, json=chat.body, timeout=5,
                                headers=chat.headers(quick))
             assert (late.status_code, late.headers["retry-after"]) == (503, "1")
-        except httpx2.ConnectError:
+        except (httpx2.ConnectError, httpx2.ReadError, httpx2.RemoteProtocolError):
             pass
         code = proxy.terminate(timeout=GRACE + 10)
         assert code in (0, -15)
