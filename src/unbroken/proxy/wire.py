@@ -110,7 +110,11 @@ def error_frame(dialect: str, seq: int, code: str, message: str,
         event = "error"
         payload = {"type": "error", "error": {"type": "api_error", "message": message}}
     elif dialect == "gemini":
-        payload = {"error": {"code": 500, "message": message, "status": "INTERNAL"}}
+        # Google's way to name an error's cause; it also lets a client tell the proxy's notice
+        # (never journaled) from a frame of the stream in a Gemini body that carries no ids.
+        payload = {"error": {"code": 500, "message": message, "status": "INTERNAL", "details": [
+            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": code.upper(),
+             "domain": "unbroken"}]}}
     else:
         payload = {"error": message}
     return FrameRecord(seq, event, dumps_compact(payload).encode())
