@@ -242,8 +242,9 @@ class StreamReceiver:
                 break
             block_id = sse.block_id if is_sse else None
             if block_id is None and is_sse and (source == "proxy" or (
-                source is None and self.proxy_stream is not None
-                and self.dialect_name != "gemini"  # a Gemini POST may carry no ids at all
+                # A Gemini POST may carry no ids at all: there the proxy marks its notice.
+                self.proxy_stream is not None and (
+                    _gemini_notice(payload) if dialect.name == "gemini" else source is None)
             )):
                 # Every frame an unbroken proxy journals carries its id; one without is the
                 # proxy's own notice that this response ends before the stream did.
@@ -405,6 +406,17 @@ class StreamReceiver:
     def _fail(self, err: StreamError) -> None:
         self.finished = True
         self.message.close(err)
+
+
+def _gemini_notice(payload: Any) -> bool:
+    """A Gemini error payload an unbroken proxy marked as its notice: a ``google.rpc.ErrorInfo``
+    detail of domain ``unbroken``, reason ``STREAM_INCOMPLETE`` (never journaled, so never a
+    frame of the stream)."""
+    error = payload.get("error") if payload.__class__ is dict else None
+    details = error.get("details") if error.__class__ is dict else None
+    return details.__class__ is list and any(
+        detail.__class__ is dict and detail.get("domain") == "unbroken"
+        and detail.get("reason") == "STREAM_INCOMPLETE" for detail in details)
 
 
 # Dialects whose protocol has no end marker after the finish reason.

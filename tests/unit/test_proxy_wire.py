@@ -117,8 +117,10 @@ def test_error_frames_exact_payloads() -> None:
     assert (anthropic.event, anthropic.data) == (
         "error", b'{"type":"error","error":{"type":"api_error","message":"m"}}'
     )
-    assert error_frame("gemini", 3, "c", "m").data == (
-        b'{"error":{"code":500,"message":"m","status":"INTERNAL"}}'
+    assert error_frame("gemini", 3, "stream_incomplete", "m").data == (
+        b'{"error":{"code":500,"message":"m","status":"INTERNAL","details":[{"@type":'
+        b'"type.googleapis.com/google.rpc.ErrorInfo","reason":"STREAM_INCOMPLETE",'
+        b'"domain":"unbroken"}]}}'
     )
     assert error_frame("ollama", 3, "c", "m").data == b'{"error":"m"}'
 
