@@ -52,7 +52,7 @@ from .trace import Trace
 # ``unbroken`` stays standard-library only. Type checkers see the real names.
 if _TYPE_CHECKING:
     from .client import AsyncStream, Deadlines, Retry, Stream, astream, stream
-    from .sdk import from_anthropic, from_openai
+    from .sdk import from_anthropic, from_gemini, from_ollama, from_openai
 
 _LAZY = {
     "AsyncStream": "unbroken.client",
@@ -61,6 +61,8 @@ _LAZY = {
     "Stream": "unbroken.client",
     "astream": "unbroken.client",
     "from_anthropic": "unbroken.sdk",
+    "from_gemini": "unbroken.sdk",
+    "from_ollama": "unbroken.sdk",
     "from_openai": "unbroken.sdk",
     "stream": "unbroken.client",
 }
@@ -130,6 +132,8 @@ __all__ = [
     "__version__",
     "astream",
     "from_anthropic",
+    "from_gemini",
+    "from_ollama",
     "from_openai",
     "parse",
     "stream",

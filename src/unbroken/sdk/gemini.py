@@ -99,8 +99,15 @@ class _AsyncGeneratorStream(AsyncTrackedStream[T]):
     left unclosed, the event loop finalizes them later and the connection leaks.
     """
 
+    _closing = False
+
     async def aclose(self) -> None:
         await super().aclose()
+        # Once only: the loop may finalize the abandoned iterator (which calls this again)
+        # while the first call still awaits the SDK generator's cleanup.
+        if self._closing:
+            return
+        self._closing = True
         closer = getattr(self.stream, "aclose", None)
         if callable(closer):
             await closer()
