@@ -38,6 +38,7 @@ __all__ = ["Launcher", "expired"]
 
 _CLAIM_POLL_S = 0.05  # how often a request waits on a key another replica is creating
 _CLAIM_MARGIN_S = 1.0  # past a claim's lifetime: it expired or was taken by then
+_REATTACH_CLAIM = "reattach:"  # + stream id: the journal's claim on continuing it upstream
 log = logging.getLogger("unbroken.proxy")
 
 
@@ -301,20 +302,32 @@ class Launcher:
         refused = self.slots.take(credential)
         if refused is not None:
             return refused
+        stream_id = record.meta.stream_id
         producer = None
+        claim = _REATTACH_CLAIM + stream_id
         try:
-            producer = await continue_upstream(
-                journal=self.journal, client=self._client(), config=self.config, record=record,
-                headers=request_headers(request.headers.items(), identity=True),
-                lease=self.leases.lease(),
-            )
-            if producer is not None:
-                self.run(producer, credential)
-                log_event("stream.reattach", stream_id=record.meta.stream_id,
-                          seq=record.state.last_seq, provider_id=record.state.provider_id)
+            # Replicas sharing the journal: the owner's resumes may reach two at once, and both
+            # would read the response upstream again. The claim lets one; it is left to expire
+            # (a lease period), by when the stream is live or settled again, and read again here.
+            if not await self.journal.claim_idempotent(claim, self._claimer,
+                                                       self.config.lease_ttl):
+                return None  # another replica is re-attaching it: the reader follows that one
+            latest = await self.journal.get(stream_id, with_text=False)
+            if latest is not None and reattachable(latest):
+                producer = await continue_upstream(
+                    journal=self.journal, client=self._client(), config=self.config,
+                    record=latest, headers=request_headers(request.headers.items(),
+                                                           identity=True),
+                    lease=self.leases.lease(),
+                )
+                if producer is not None:
+                    self.run(producer, credential)
+                    log_event("stream.reattach", stream_id=stream_id,
+                              seq=latest.state.last_seq, provider_id=latest.state.provider_id)
         finally:
             if producer is None:
                 self.slots.give_back(credential)
+                await self.journal.release_idempotent(claim, self._claimer)
         return None
 
     def refuse(self, refusal: Refusal, dialect: str | None) -> Response:
