@@ -98,11 +98,14 @@ def test_no_first_event_in_time_resumes_the_proxys_stream_instead_of_a_second_on
     mock_server: str,
 ) -> None:
     call = CALLS["openai-chat"]
+    # Attempts of 0.5 s each until the 1.5 s stall ends: with the default 3 the last one would
+    # time out just as the stall ends (a race decided by the machine's speed), so enough
+    # attempts that the stall surely ends inside one of them.
     with (
         running_proxy(mock_server) as (proxy, _),
         stream("POST", proxy + call.path, dialect="openai-chat", json=call.body,
                headers=call.headers(f"seed={SEED}; tokens=5; stall_after=0; stall_s=1.5"),
-               first_event_timeout=0.5, retry=Retry(backoff=0.01)) as s,
+               first_event_timeout=0.5, retry=Retry(attempts=10, backoff=0.01)) as s,
     ):
         text = "".join(s.iter_text())
     assert (text, s.message.status) == (reply_text(SEED, 5), Status.COMPLETED)
