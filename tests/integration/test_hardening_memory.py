@@ -62,7 +62,7 @@ def mock_process() -> Iterator[str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a bound for a cold, loaded CI machine
         while True:
             try:
                 httpx2.get(base_url + "/_mock/requests", timeout=1)

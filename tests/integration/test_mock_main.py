@@ -31,15 +31,18 @@ def test_python_dash_m_serves_the_mock() -> None:
     )
     try:
         base_url = f"http://127.0.0.1:{port}"
-        for _ in range(200):  # up to ~10 s for the interpreter and uvicorn to start
+        # Up to 60 s for the interpreter and uvicorn to start: a bound for a cold, loaded CI
+        # machine (a warm one takes about a second).
+        deadline = time.monotonic() + 60
+        while True:
             try:
-                counts = httpx2.get(base_url + "/_mock/requests", timeout=1)
+                counts = httpx2.get(base_url + "/_mock/requests", timeout=5)
                 break
             except httpx2.TransportError:
                 assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                if time.monotonic() > deadline:
+                    pytest.fail("python -m unbroken.mock did not start within 60 s")
                 time.sleep(0.05)
-        else:
-            pytest.fail("python -m unbroken.mock did not start")
         assert counts.json() == {"generations": {}, "resumes": {}}
         response = httpx2.post(base_url + "/api/chat", json={"stream": False},
                                headers={"Unbroken-Mock": "tokens=3"}, timeout=5)
