@@ -6,6 +6,10 @@ back to the JSON the wire carried (``by_alias`` gives its camelCase keys) and ma
 ``gemini`` dialect. Gemini has no end marker: a stream whose last chunk had no ``finishReason``
 ends ``interrupted``, never ``completed``.
 
+The SDK's own follow-ups stay in the one message: automatic function calling and automatic
+continuation send further requests whose chunks come out of the same iterator (a finish reason
+is provisional, the last one stands).
+
 Errors: google-genai raises ``google.genai.errors.APIError`` (``ClientError`` / ``ServerError``)
 for an error status and for an in-stream ``{"error": ...}`` event; ``details`` holds the error
 body, which fails the message with the provider's error. Transport failures (httpx2 / httpx
@@ -73,7 +77,7 @@ def _restore_base64(response: Any, dumped: dict[str, Any]) -> None:
     a thought signature back, uses the standard alphabet (``+`` and ``/``).
     """
     for candidate, dumped_candidate in zip(
-        response.candidates or (), dumped.get("candidates", ()), strict=False
+        getattr(response, "candidates", None) or (), dumped.get("candidates", ()), strict=False
     ):
         content = candidate.content
         dumped_parts = dumped_candidate.get("content", {}).get("parts", ())
