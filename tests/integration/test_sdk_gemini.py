@@ -6,6 +6,7 @@ The expected values come from the mock's plan (``reply_deltas``, its usage and e
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -19,7 +20,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from unbroken import from_gemini
-from unbroken.errors import ProviderError, TransportError
+from unbroken.errors import ProviderError, TransportError, UpstreamStatusError
 from unbroken.events import Usage
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message, ToolCall
@@ -206,21 +207,21 @@ async def test_leaving_the_loop_early_cancels(mock_server: str, run: Runner) -> 
     assert (stream.gi_frame if hasattr(stream, "gi_frame") else stream.ag_frame) is None
 
 
-@pytest.mark.parametrize(("status", "error_type", "sdk_error"), [
-    (429, "RESOURCE_EXHAUSTED", genai_errors.ClientError),
-    (503, "UNAVAILABLE", genai_errors.ServerError),
+@pytest.mark.parametrize(("status", "sdk_error"), [
+    (429, genai_errors.ClientError),
+    (503, genai_errors.ServerError),
 ])
-async def test_an_error_status_before_the_stream_fails_the_message(
-    mock_server: str, run: Runner, status: int, error_type: str, sdk_error: type[Exception]
+async def test_an_error_status_before_the_stream_interrupts_with_the_status(
+    mock_server: str, run: Runner, status: int, sdk_error: type[Exception]
 ) -> None:
+    # As unbroken.stream ends on a final status: interrupted, the error says which status.
     result = await run(mock_server, f"seed={SEED}; tokens={TOKENS}; status={status}")
     assert type(result.raised) is sdk_error
     assert result.chunks == []
     message = result.message
-    assert ending(message) == (Status.FAILED, FinishReason.ERROR, error_type)
+    assert ending(message) == (Status.INTERRUPTED, None, None)
     assert message.text == ""
-    assert isinstance(message.error, ProviderError)
-    event = message.error.event
-    assert (event.type, event.message, event.retryable) == (
-        error_type, f"mock status {status}", True
-    )
+    error = message.error
+    assert isinstance(error, UpstreamStatusError)
+    assert (error.status, error.retryable, error.__cause__) == (status, True, result.raised)
+    assert json.loads(error.body)["error"]["message"] == f"mock status {status}"

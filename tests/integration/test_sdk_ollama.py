@@ -19,7 +19,7 @@ import ollama
 import pytest
 
 from unbroken import from_ollama
-from unbroken.errors import ProviderError, TransportError
+from unbroken.errors import ProviderError, TransportError, UpstreamStatusError
 from unbroken.events import Usage
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message, ToolCall
@@ -183,18 +183,19 @@ async def test_leaving_the_loop_early_cancels(mock_server: str, run: Runner) -> 
 
 
 @pytest.mark.parametrize("status", [429, 503])
-async def test_an_error_status_before_the_stream_fails_the_message(
+async def test_an_error_status_before_the_stream_interrupts_with_the_status(
     mock_server: str, run: Runner, status: int
 ) -> None:
+    # As unbroken.stream ends on a final status: interrupted, retryable for 429 and 5xx (the
+    # error line alone would not say so).
     result = await run(mock_server, f"seed={SEED}; tokens={TOKENS}; status={status}")
     assert isinstance(result.raised, ollama.ResponseError)
     assert (result.raised.error, result.raised.status_code) == (f"mock status {status}", status)
     assert result.parts == []
     message = result.message
-    assert ending(message) == (Status.FAILED, FinishReason.ERROR, "error")
+    assert ending(message) == (Status.INTERRUPTED, None, None)
     assert message.text == ""
-    assert isinstance(message.error, ProviderError)
-    event = message.error.event
-    # The ollama dialect sees only the line {"error": ...}: nothing says the status was 429/5xx.
-    assert (event.type, event.message, event.retryable) == ("error", f"mock status {status}",
-                                                            False)
+    error = message.error
+    assert isinstance(error, UpstreamStatusError)
+    assert (error.status, error.body, error.retryable, error.__cause__) == (
+        status, f"mock status {status}", True, result.raised)

@@ -20,7 +20,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from unbroken import from_gemini, from_ollama
-from unbroken.errors import ProviderError, TransportError
+from unbroken.errors import TransportError, UpstreamStatusError
 from unbroken.events import Usage
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message
@@ -160,15 +160,15 @@ def test_a_blocked_prompt_is_filtered() -> None:
     )
 
 
-def test_an_error_status_with_a_non_json_body_fails_with_its_text() -> None:
+def test_an_error_status_with_a_non_json_body_interrupts_with_its_text() -> None:
     _, message, raised = gemini_run(b"<html>upstream down</html>", status=502,
                                     content_type="text/html")
     assert isinstance(raised, genai_errors.ServerError)
-    assert isinstance(message.error, ProviderError)
-    event = message.error.event
-    assert (message.status, event.type, event.message, event.retryable) == (
-        Status.FAILED, "Bad Gateway", "<html>upstream down</html>", True
-    )
+    error = message.error
+    assert isinstance(error, UpstreamStatusError)
+    assert (message.status, error.status, error.retryable, error.retry_after) == (
+        Status.INTERRUPTED, 502, True, None)
+    assert "<html>upstream down</html>" in error.body
 
 
 def test_an_in_stream_error_without_a_code_breaks_the_sdk_and_interrupts() -> None:
@@ -303,15 +303,16 @@ def test_a_done_line_without_a_reason_is_interrupted() -> None:
     )
 
 
-def test_an_error_status_with_an_empty_body_fails_with_the_status() -> None:
+def test_an_error_status_with_an_empty_body_interrupts_with_the_status() -> None:
     client = ollama_client(b"", status=502)
     stream = client.chat(model="qwen3", messages=[{"role": "user", "content": "hi"}],
                          stream=True)
     _, message, raised = ollama_run(stream)
     assert isinstance(raised, ollama.ResponseError)
     assert (raised.error, raised.status_code) == ("", 502)
-    assert isinstance(message.error, ProviderError)
-    assert (message.status, message.error.event.message) == (Status.FAILED, "status code 502")
+    error = message.error
+    assert isinstance(error, UpstreamStatusError)
+    assert (message.status, error.status, error.retryable) == (Status.INTERRUPTED, 502, True)
 
 
 def test_a_broken_connection_interrupts() -> None:

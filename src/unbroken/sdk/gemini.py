@@ -21,10 +21,10 @@ from __future__ import annotations
 import base64
 import inspect
 from collections.abc import AsyncIterable, Iterable
-from typing import Any, Final, NoReturn, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 from ..dialects import get_dialect
-from .tracked import AsyncTrackedStream, TrackedStream
+from .tracked import AsyncTrackedStream, TrackedStream, is_sdk_error, refuse_unawaited
 
 __all__ = ["GeminiAdapter", "from_gemini"]
 
@@ -54,7 +54,7 @@ class GeminiAdapter:
         return dumped
 
     def error_payload(self, exc: BaseException) -> dict[str, Any] | None:
-        if not _is_sdk_error(exc, "google.genai.errors", "APIError"):
+        if not is_sdk_error(exc, "google.genai.errors", "APIError"):
             return None
         details = getattr(exc, "details", None)
         error = details.get("error") if isinstance(details, dict) else None
@@ -91,39 +91,6 @@ def _restore_base64(response: Any, dumped: dict[str, Any]) -> None:
                 dumped_part["inlineData"]["data"] = base64.b64encode(inline.data).decode("ascii")
 
 
-def _is_sdk_error(exc: BaseException, module: str, name: str) -> bool:
-    """Whether ``exc`` is (a subclass of) the SDK's error class, without importing the SDK."""
-    return any(cls.__module__ == module and cls.__name__ == name for cls in type(exc).__mro__)
-
-
-class _AsyncGeneratorStream(AsyncTrackedStream[T]):
-    """An ``AsyncTrackedStream`` over an SDK's async generator, which closes by ``aclose()``.
-
-    google-genai and ollama hand out plain async generators that hold the HTTP response open:
-    left unclosed, the event loop finalizes them later and the connection leaks.
-    """
-
-    _closing = False
-
-    async def aclose(self) -> None:
-        await super().aclose()
-        # Once only: the loop may finalize the abandoned iterator (which calls this again)
-        # while the first call still awaits the SDK generator's cleanup.
-        if self._closing:
-            return
-        self._closing = True
-        closer = getattr(self.stream, "aclose", None)
-        if callable(closer):
-            await closer()
-
-
-def _refuse_unawaited(stream: Any, function: str, call: str) -> NoReturn:
-    close = getattr(stream, "close", None)
-    if callable(close):  # a coroutine never awaited warns when it is collected
-        close()
-    raise TypeError(f"{function}() takes the stream: pass `await {call}`")
-
-
 @overload
 def from_gemini(stream: AsyncIterable[T], *, trace: bool = True) -> AsyncTrackedStream[T]: ...
 
@@ -138,7 +105,7 @@ def from_gemini(
     """Wrap ``client.models.generate_content_stream(...)`` (sync) or the awaited
     ``client.aio.models.generate_content_stream(...)`` (async)."""
     if inspect.isawaitable(stream):
-        _refuse_unawaited(stream, "from_gemini", "client.aio.models.generate_content_stream(...)")
+        refuse_unawaited(stream, "from_gemini", "client.aio.models.generate_content_stream(...)")
     if hasattr(stream, "__aiter__"):
-        return _AsyncGeneratorStream(stream, GeminiAdapter(), trace=trace)
+        return AsyncTrackedStream(stream, GeminiAdapter(), trace=trace)
     return TrackedStream(stream, GeminiAdapter(), trace=trace)

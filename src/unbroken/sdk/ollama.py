@@ -19,8 +19,7 @@ from collections.abc import AsyncIterable, Iterable
 from typing import Any, TypeVar, overload
 
 from ..dialects import get_dialect
-from .gemini import _AsyncGeneratorStream, _is_sdk_error, _refuse_unawaited
-from .tracked import AsyncTrackedStream, TrackedStream
+from .tracked import AsyncTrackedStream, TrackedStream, is_sdk_error, refuse_unawaited
 
 __all__ = ["OllamaAdapter", "from_ollama"]
 
@@ -43,12 +42,10 @@ class OllamaAdapter:
         return dumped
 
     def error_payload(self, exc: BaseException) -> dict[str, Any] | None:
-        if not _is_sdk_error(exc, "ollama._types", "ResponseError"):
+        if not is_sdk_error(exc, "ollama._types", "ResponseError"):
             return None
-        error = getattr(exc, "error", None)
-        if not error:  # an error status with an empty body: the status is all there is
-            error = f"status code {getattr(exc, 'status_code', None)}"
-        return {"error": error}
+        # An error status never comes here (``status_error`` took it): this is an error line.
+        return {"error": getattr(exc, "error", None) or str(exc)}
 
 
 @overload
@@ -65,7 +62,7 @@ def from_ollama(
     """Wrap ``client.chat(..., stream=True)`` or ``client.generate(..., stream=True)`` (sync,
     or awaited on an ``AsyncClient``)."""
     if inspect.isawaitable(stream):
-        _refuse_unawaited(stream, "from_ollama", "client.chat(..., stream=True)")
+        refuse_unawaited(stream, "from_ollama", "client.chat(..., stream=True)")
     if hasattr(stream, "__aiter__"):
-        return _AsyncGeneratorStream(stream, OllamaAdapter(), trace=trace)
+        return AsyncTrackedStream(stream, OllamaAdapter(), trace=trace)
     return TrackedStream(stream, OllamaAdapter(), trace=trace)

@@ -16,14 +16,22 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
-from ..errors import TransportError
+from ..errors import TransportError, UpstreamStatusError
 from ..framing import ServerSentEvent
+from ..jsonparse import dumps_compact
 from ..message import Message
 from ..receiver import DEFAULT_STALL_SECONDS
 
-__all__ = ["AsyncTrackedStream", "SDKAdapter", "TrackedStream"]
+__all__ = [
+    "AsyncTrackedStream",
+    "SDKAdapter",
+    "TrackedStream",
+    "is_sdk_error",
+    "refuse_unawaited",
+    "status_error",
+]
 
 T = TypeVar("T")
 
@@ -42,6 +50,46 @@ class SDKAdapter(Protocol):
     def error_payload(self, exc: BaseException) -> dict[str, Any] | None:
         """The provider's error as the wire carries it, or ``None`` if ``exc`` is no such error."""
         ...
+
+
+def is_sdk_error(exc: BaseException, module: str, name: str) -> bool:
+    """Whether ``exc`` is (a subclass of) the SDK's error class, without importing the SDK."""
+    return any(cls.__module__ == module and cls.__name__ == name for cls in type(exc).__mro__)
+
+
+def status_error(exc: BaseException) -> UpstreamStatusError | None:
+    """The final non-2xx HTTP status an SDK's exception reports, as ``UpstreamStatusError``.
+
+    The SDKs keep the status as ``status_code`` (openai, anthropic, ollama; ollama's ``-1`` is
+    an error line inside a 200 stream) or on the ``response`` (google-genai). An error event
+    inside a 200 stream is the provider's, not a status: ``None``.
+    """
+    status = getattr(exc, "status_code", None)
+    response = getattr(exc, "response", None)
+    if status is None:
+        status = getattr(response, "status_code", None)
+    if status.__class__ is not int or not 300 <= status <= 599:
+        return None
+    body: Any = next((value for name in ("error", "details", "body")
+                      if (value := getattr(exc, name, None))), str(exc))
+    headers = getattr(response, "headers", None)
+    delay = None
+    if headers is not None:
+        from ..client.policy import server_retry_delay  # only on this rare path: it loads httpx2
+
+        delay = server_retry_delay(headers)
+    refused = UpstreamStatusError(
+        status, body if isinstance(body, str) else dumps_compact(body), retry_after=delay)
+    refused.__cause__ = exc
+    return refused
+
+
+def refuse_unawaited(stream: Any, function: str, call: str) -> NoReturn:
+    """A coroutine passed where its stream was meant (``from_gemini(client.aio...)``)."""
+    close = getattr(stream, "close", None)
+    if callable(close):  # a coroutine never awaited warns when it is collected
+        close()
+    raise TypeError(f"{function}() takes the stream: pass `await {call}`")
 
 
 class _Tracker:
@@ -85,6 +133,10 @@ class _Tracker:
     def fail(self, exc: BaseException) -> None:
         if not isinstance(exc, Exception):  # KeyboardInterrupt, task cancellation: the caller
             self.cancel()
+            return
+        refused = status_error(exc)
+        if refused is not None:
+            self.message.close(refused)  # as unbroken.stream ends on a final status
             return
         body = self.adapter.error_payload(exc)
         if body is not None and not self.message.closed:
@@ -167,6 +219,7 @@ class AsyncTrackedStream(Generic[T]):
         self._manager = stream if not hasattr(stream, "__aiter__") else None
         self.stream: Any = None if self._manager is not None else stream
         self._own: AsyncIterator[T] | None = None
+        self._closing = False
 
     def __aiter__(self) -> AsyncIterator[T]:
         return self._track()
@@ -195,7 +248,14 @@ class AsyncTrackedStream(Generic[T]):
     async def aclose(self) -> None:
         """Stop reading: the message is ``cancelled`` unless it already ended."""
         self._tracker.cancel()
-        closer = getattr(self.stream, "close", None)
+        # Once only: the loop may finalize an abandoned iterator (which calls this again) while
+        # the first call still awaits the SDK stream's cleanup.
+        if self._closing:
+            return
+        self._closing = True
+        # The SDKs' stream classes close by ``close()``; google-genai and ollama hand out plain
+        # async generators, which close by ``aclose()`` (left open, the connection leaks).
+        closer = getattr(self.stream, "close", None) or getattr(self.stream, "aclose", None)
         if callable(closer):
             await closer()
         if self._manager is not None and self.stream is not None:
