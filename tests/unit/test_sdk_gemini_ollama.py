@@ -20,7 +20,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from unbroken import from_gemini, from_ollama
-from unbroken.errors import TransportError, UpstreamStatusError
+from unbroken.errors import PayloadError, TransportError, UpstreamStatusError
 from unbroken.events import Usage
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message
@@ -339,3 +339,25 @@ async def test_an_unawaited_async_chat_is_refused_clearly() -> None:
     with pytest.raises(TypeError, match=r"pass `await client\.chat"):
         from_ollama(call)  # type: ignore[call-overload]
     await client._client.aclose()
+
+
+def test_gemini_malformed_json_fails_with_a_payload_error() -> None:
+    good = json.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": "你好"}]},
+                                       "index": 0}]})
+    chunks, message, raised = gemini_run(f"data: {good}\n\ndata: {{not json\n\n".encode())
+    assert isinstance(raised, genai_errors.UnknownApiResponseError)
+    assert (len(chunks), message.text, message.status) == (1, "你好", Status.FAILED)
+    assert isinstance(message.error, PayloadError)
+    assert message.error.__cause__ is raised
+
+
+def test_ollama_malformed_json_fails_with_a_payload_error() -> None:
+    good = json.dumps({"model": "m", "created_at": "2026-01-01T00:00:00Z",
+                       "message": {"role": "assistant", "content": "你好"}, "done": False})
+    client = ollama_client(f"{good}\n{{not json\n".encode())
+    parts, message, raised = ollama_run(
+        client.chat(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
+    assert isinstance(raised, json.JSONDecodeError)
+    assert (len(parts), message.text, message.status) == (1, "你好", Status.FAILED)
+    assert isinstance(message.error, PayloadError)
+    assert message.error.__cause__ is raised

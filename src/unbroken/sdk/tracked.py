@@ -6,9 +6,11 @@ wire payload the dialect maps (``payload``), which dialect that is, and what an 
 come from the dialect's own tables: nothing here maps a provider field.
 
 Ending: the SDK's iterator running out closes the message (its status then says whether a
-finish reason came); an exception fails it (a provider error) or interrupts it (anything
-else) and propagates unchanged; leaving the loop early, ``close()`` or the ``with`` block
-ending first cancels it (a finish reason already received still decides).
+finish reason came). An exception propagates unchanged and ends the message as
+``unbroken.stream`` would: a final HTTP status interrupts it (``UpstreamStatusError``), a
+provider error or bytes the SDK could not read fail it (``ProviderError``, ``PayloadError``),
+anything else interrupts it (``TransportError``). Leaving the loop early, ``close()`` or the
+``with`` block ending first cancels it (a finish reason already received still decides).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
-from ..errors import TransportError, UpstreamStatusError
+from ..errors import PayloadError, StreamError, TransportError, UpstreamStatusError
 from ..framing import ServerSentEvent
 from ..jsonparse import dumps_compact
 from ..message import Message
@@ -143,7 +145,14 @@ class _Tracker:
             self._commit(body)
             self.message.close()
             return
-        error = TransportError(f"{type(exc).__name__}: {exc}")
+        error: StreamError
+        if isinstance(exc, ValueError):
+            # The SDK could not read the bytes: malformed JSON (JSONDecodeError, google-genai's
+            # UnknownApiResponseError) or a payload its models refuse (pydantic's
+            # ValidationError). The stream failed, as a receiver fails on a PayloadError.
+            error = PayloadError(f"the SDK could not read the stream: {type(exc).__name__}: {exc}")
+        else:
+            error = TransportError(f"{type(exc).__name__}: {exc}")
         error.__cause__ = exc
         self.message.close(error)
 
