@@ -167,12 +167,16 @@ def test_cancel_after_bounds_an_unread_generation(mock_server: str) -> None:
 
 def test_retention_expires_streams(mock_server: str) -> None:
     call = CALLS["openai-chat"]
-    with running_proxy(mock_server, retention=0.3, expire_every=0.1) as (proxy, app):
+    # 2 s of retention: the status read right after the stream ended must find it on a slow
+    # machine too; then it expires, which the test waits for (bounded) instead of sleeping.
+    with running_proxy(mock_server, retention=2.0, expire_every=0.1) as (proxy, app):
         created = httpx2.post(proxy + call.path, json=call.body, headers=call.headers("tokens=2"))
         stream_id = created.headers["unbroken-stream-id"]
         assert stream_status(proxy, stream_id)["status"] == "completed"
-        time.sleep(0.5)
-        assert httpx2.get(f"{proxy}/v1/streams/{stream_id}", headers=AUTH).status_code == 404
+        deadline = time.monotonic() + 30
+        while httpx2.get(f"{proxy}/v1/streams/{stream_id}", headers=AUTH).status_code != 404:
+            assert time.monotonic() < deadline, "the stream never expired"
+            time.sleep(0.05)
         gone = httpx2.get(f"{proxy}/v1/streams/{stream_id}/events", headers=AUTH)
         assert gone.status_code == 404
         # The purge runs every 0.1 s: the record itself goes too.
@@ -378,7 +382,9 @@ def test_event_source_gets_204_for_a_purged_stream(
 ) -> None:
     call = CALLS["openai-chat"]
     url_store = "memory://" if store == "memory" else f"sqlite:///{tmp_path / 'j.db'}"
-    with running_proxy(mock_server, retention=0.3, expire_every=0.1, store=url_store) as (
+    # A purged stream's tombstone lives one more retention, then goes at the next purge: 2 s
+    # (not 0.3 s) so that all the reads below surely come while it is there.
+    with running_proxy(mock_server, retention=2.0, expire_every=0.1, store=url_store) as (
         proxy,
         app,
     ):

@@ -179,12 +179,12 @@ def wait_until_ended(proxy: str, stream_id: str, key: str = KEY) -> dict[str, An
 
 def create_and_purge(proxy: str, app: ProxyApp, call: Call) -> tuple[str, str]:
     """Create a short stream and wait (bounded) until the journal purged it: its id, token.
-    The proxy must run with a short ``retention`` and ``expire_every``."""
+    The proxy must run with a short ``retention`` (seconds) and ``expire_every``."""
     created = httpx2.post(proxy + call.path, json=call.body, headers=call.headers("tokens=2"),
                           timeout=10)
     stream_id = created.headers["unbroken-stream-id"]
     token = created.headers["unbroken-stream-token"]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while asyncio.run(app.journal.get(stream_id)) is not None:  # purged, not only expired
         assert time.monotonic() < deadline
         time.sleep(0.05)
