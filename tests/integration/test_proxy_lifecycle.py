@@ -52,8 +52,8 @@ AUTH = {"authorization": f"Bearer {KEY}"}
 
 def ended_status(proxy: str, stream_id: str) -> dict[str, Any]:
     """Poll the status (a reader on the events endpoint would count as attached) until the
-    stream ends; bounded."""
-    deadline = time.monotonic() + 10
+    stream ends; bounded (30 s, for a slow machine)."""
+    deadline = time.monotonic() + 30
     while True:
         status = stream_status(proxy, stream_id)
         if status["status"] not in ("pending", "streaming") or time.monotonic() > deadline:
@@ -135,6 +135,8 @@ def test_client_disconnect_keeps_or_cancels_the_generation(mock_server: str,
                                                            policy: str) -> None:
     call = CALLS["anthropic"]
     scenario = "seed=8; tokens=30; delay_ms=20"
+    if policy == "cancel":  # the 0.6 s generation must not end before the cancel, however slow
+        scenario += "; stall_after=10; stall_s=30"
     with running_proxy(mock_server, on_disconnect=policy) as (proxy, _app):
         with httpx2.stream("POST", proxy + call.path, json=call.body,
                            headers=call.headers(scenario), timeout=10) as response:
