@@ -165,9 +165,9 @@ def test_the_events_endpoint_on_b_follows_a_stream_live_on_a_through_its_end(
     call = CALLS["anthropic"]
     seed, tokens, after = 11, 20, 5
     total = call.total(tokens)
-    # Frame after+1 comes at once, then the upstream pauses 1.5 s: the stream is surely live
-    # while B's reader attaches; then the rest trickles in 20 ms apart.
-    scenario = f"seed={seed}; tokens={tokens}; delay_ms=20; stall_after={after + 1}; stall_s=1.5"
+    # Frame after+1 comes at once, then the upstream pauses 5 s: the stream is surely live
+    # while B's reader attaches, even on a slow machine; then the rest trickles in 20 ms apart.
+    scenario = f"seed={seed}; tokens={tokens}; delay_ms=20; stall_after={after + 1}; stall_s=5"
     with httpx2.stream("POST", a.base_url + call.path, json=call.body, timeout=TIMEOUT,
                        headers=call.headers(scenario)) as response:
         stream_id = response.headers["unbroken-stream-id"]

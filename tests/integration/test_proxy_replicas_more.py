@@ -88,9 +88,9 @@ def test_an_idempotency_key_on_b_attaches_to_the_stream_a_is_producing(
     seed, tokens = 13, 10
     total = call.total(tokens)
     taken = call.first_text + 2
-    # The upstream pauses 1.5 s after frame `taken`: the stream is surely live on A while B's
-    # request attaches; then the rest comes 20 ms apart.
-    scenario = f"seed={seed}; tokens={tokens}; delay_ms=20; stall_after={taken}; stall_s=1.5"
+    # The upstream pauses 5 s after frame `taken`: the stream is surely live on A while B's
+    # request attaches, even on a slow machine; then the rest comes 20 ms apart.
+    scenario = f"seed={seed}; tokens={tokens}; delay_ms=20; stall_after={taken}; stall_s=5"
     headers = call.headers(scenario) | {"Idempotency-Key": "k1"}
     with httpx2.stream("POST", a.base_url + call.path, json=call.body, headers=headers,
                        timeout=TIMEOUT) as response:
