@@ -21,9 +21,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def redis_url(redis_server: str) -> str:
     """The session's Redis, emptied for this test."""
-    with socket.create_connection(_address(redis_server), timeout=5) as sock:
+    with socket.create_connection(_address(redis_server), timeout=30) as sock:
         sock.sendall(b"FLUSHALL\r\n")
-        assert sock.recv(16).startswith(b"+OK")
+        answer = b""
+        while not answer.endswith(b"\r\n"):  # one recv may return part of the line
+            chunk = sock.recv(16)
+            assert chunk, f"redis closed the connection after {answer!r}"
+            answer += chunk
+        assert answer == b"+OK\r\n"
     return redis_server
 
 
