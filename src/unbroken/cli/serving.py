@@ -13,7 +13,7 @@ import uvicorn
 
 __all__ = ["serve_in_thread"]
 
-START_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 60.0  # a bound, not a wait: a cold machine may take seconds to start uvicorn
 
 
 class _ThreadServer(uvicorn.Server):
