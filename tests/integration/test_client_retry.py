@@ -258,7 +258,8 @@ async def test_an_idle_timeout_is_resumed_when_the_stream_can_be(mock: str, driv
     layout = LAYOUTS["openai-chat"]
     run = await run_stream(
         driver, layout.url(mock), dialect="openai-chat", resume="sse",
-        scenario="tokens=6; sse_ids=1; pings=1; stall_after=4; stall_s=30", idle_timeout=0.5,
+        # Deadlines here are short of the 30 s stall, long past a loaded machine's pauses.
+        scenario="tokens=6; sse_ids=1; pings=1; stall_after=4; stall_s=30", idle_timeout=1.5,
     )
     assert run.error is None
     assert run.message.status is Status.COMPLETED
@@ -299,7 +300,7 @@ async def test_no_first_event_in_time_is_retried_then_raised(
 async def test_a_stalled_first_attempt_is_retried_and_completes(mock: str, driver: str) -> None:
     run = await run_stream(
         driver, LAYOUTS["gemini"].url(mock), dialect="gemini",
-        scenario=["tokens=4; stall_after=0; stall_s=30", "tokens=4"], first_event_timeout=0.5,
+        scenario=["tokens=4; stall_after=0; stall_s=30", "tokens=4"], first_event_timeout=2,
     )
     assert run.error is None
     assert run.message.status is Status.COMPLETED
@@ -314,10 +315,10 @@ async def test_the_total_timeout_is_not_retried(mock: str, driver: str) -> None:
     layout = LAYOUTS["anthropic"]
     run = await run_stream(
         driver, layout.url(mock), dialect="anthropic",
-        scenario="tokens=6; pings=1; stall_after=5; stall_s=30", total_timeout=0.5,
+        scenario="tokens=6; pings=1; stall_after=5; stall_s=30", total_timeout=2,
     )
     assert isinstance(run.error, TotalTimeout)
-    assert run.error.seconds == 0.5
+    assert run.error.seconds == 2
     assert run.message.status is Status.INTERRUPTED
     assert run.message.text == layout.text_after(5, 6)
     assert run.connections == 1
@@ -331,7 +332,7 @@ async def test_raise_on_error_false_keeps_the_timeout_on_the_message(
     layout = LAYOUTS["openai-chat"]
     run = await run_stream(
         driver, layout.url(mock), dialect="openai-chat", raise_on_error=False,
-        scenario="tokens=6; stall_after=3; stall_s=30", idle_timeout=0.5,
+        scenario="tokens=6; stall_after=3; stall_s=30", idle_timeout=1.5,
     )
     assert run.error is None
     assert run.message.status is Status.INTERRUPTED
@@ -361,7 +362,8 @@ async def test_a_slow_caller_is_not_an_idle_server(mock: str, driver: str) -> No
     layout = LAYOUTS["openai-chat"]
     run = await run_stream(
         driver, layout.url(mock), dialect="openai-chat", scenario="tokens=3; delay_ms=50",
-        idle_timeout=0.3, first_event_timeout=0.3, caller_pause=0.5,
+        # The first event is not the subject: its deadline only has to outlast a cold start.
+        idle_timeout=0.6, first_event_timeout=5, caller_pause=0.8,
     )
     assert run.error is None
     assert run.message.status is Status.COMPLETED

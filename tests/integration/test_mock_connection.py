@@ -212,7 +212,9 @@ def test_pings_are_a_no_op_for_ndjson(mock_server: str) -> None:
 def test_stall_holds_the_stream_until_the_client_gives_up(mock_server: str) -> None:
     frames = clean(mock_server, "openai-chat", "tokens=3")
     received = b""
-    timeout = httpx2.Timeout(5, read=0.3)
+    # The read timeout only has to be shorter than the 30 s stall; a shorter one could fire in a
+    # scheduling pause between the first frames on a loaded machine.
+    timeout = httpx2.Timeout(5, read=2)
     with httpx2.Client(timeout=timeout) as client:
         with client.stream("POST", mock_server + "/v1/chat/completions",
                            content=b'{"stream": true}',
@@ -228,7 +230,7 @@ def test_stall_holds_the_stream_until_the_client_gives_up(mock_server: str) -> N
 
 
 def test_stall_after_zero_sends_headers_and_no_frame(mock_server: str) -> None:
-    timeout = httpx2.Timeout(5, read=0.2)
+    timeout = httpx2.Timeout(5, read=2)  # well short of the 30 s stall
     with httpx2.Client(timeout=timeout) as client:
         with client.stream("POST", mock_server + "/v1/messages", json={"stream": True},
                            headers={"Unbroken-Mock": "stall_after=0; stall_s=30"}) as response:
