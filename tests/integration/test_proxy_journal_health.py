@@ -45,7 +45,7 @@ def test_a_stream_lost_by_redis_ends_its_readers_with_an_error_frame(
     with running_redis(tmp_path / "redis") as url, running_proxy(mock_server, store=url) as (
         proxy, _app
     ), httpx2.stream("POST", proxy + chat.path, json=chat.body, timeout=20,
-                     headers=chat.headers("seed=2; tokens=40; delay_ms=40")) as response:
+                     headers=chat.headers("seed=2; tokens=250; delay_ms=40")) as response:
         stream_id = response.headers["unbroken-stream-id"]
         reader = FrameReader(response, "openai-chat")
         head = reader.take(3)
