@@ -1,8 +1,8 @@
 """A Gemini POST through the proxy carries no ids (google-genai parses every non-``data:`` line
 as JSON), so an unnumbered error frame there is not by itself the proxy's notice. The proxy marks
 its notice with a ``google.rpc.ErrorInfo`` (domain ``unbroken``, reason ``STREAM_INCOMPLETE``):
-unbroken's client reads it as the end of this response (interrupted, resumable), and
-google-genai raises with that detail in hand."""
+google-genai raises with that detail in hand, and unbroken's client reads it as the end of this
+response (interrupted, resumable: test_proxy_lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from tests.integration.test_proxy_support import (
 )
 from tests.servers import serve_in_thread
 
-import unbroken
 from unbroken.finish import Status
 from unbroken.proxy import create_app
 
@@ -32,26 +31,6 @@ pytestmark = pytest.mark.integration
 SCENARIO = "seed=1; tokens=10; delay_ms=20"  # one frame per upstream read: 3 are journaled
 ERROR_INFO = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "STREAM_INCOMPLETE",
               "domain": "unbroken"}
-
-
-def test_unbroken_reads_the_proxys_gemini_notice_as_a_cut(mock_server: str) -> None:
-    call = CALLS["gemini"]
-    app = create_app(proxy_config(mock_server), journal=FailingJournal())
-    with serve_in_thread(app) as proxy:
-        with pytest.raises(unbroken.Interrupted), unbroken.stream(
-            "POST", proxy + call.path, json=call.body, dialect="gemini",
-            headers=call.headers(SCENARIO),
-        ) as stream:
-            for _event in stream:
-                pass
-    message = stream.message
-    # Frames 1-3 by position (no ids in the body); the notice is not a frame and fails
-    # nothing: the client resumed, and met the broken journal's 503 (then its 3 retries).
-    assert (message.seq_source, message.status, message.last_seq, message.text) == (
-        "position", Status.INTERRUPTED, 3, call.text_after(1, 10, 3))
-    assert [warning.code for warning in message.warnings][:2] == [
-        "proxy_notice", "no_finish_reason"]
-    assert stream.connections == 4
 
 
 def test_the_gemini_notice_on_the_wire(mock_server: str) -> None:

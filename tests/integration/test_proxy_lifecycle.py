@@ -35,7 +35,7 @@ from tests.servers import serve_in_thread
 
 import unbroken
 from unbroken.finish import Status
-from unbroken.mock import reply_deltas, reply_text
+from unbroken.mock import reply_text
 from unbroken.proxy import create_app
 from unbroken.proxy.journal import (
     FrameRecord,
@@ -313,24 +313,28 @@ def test_a_failing_journal_ends_readers_instead_of_hanging(mock_server: str) -> 
             time.sleep(0.01)
 
 
-def test_unbroken_reads_a_failing_journals_notice_as_a_cut(mock_server: str) -> None:
-    call = CALLS["openai-chat"]
+@pytest.mark.parametrize("dialect", ["openai-chat", "gemini"])
+def test_unbroken_reads_a_failing_journals_notice_as_a_cut(mock_server: str, dialect: str) -> None:
+    call = CALLS[dialect]
     app = create_app(proxy_config(mock_server), journal=FailingJournal())
     with serve_in_thread(app) as proxy:
         # unbroken's own client takes the unnumbered error frame for what it is, the end of
         # this response and not of the stream: the three frames stay, interrupted (not
-        # failed), and its resume meets the broken journal's 500.
+        # failed), and its resume meets the broken journal's 503 (then its 3 retries). A
+        # Gemini POST carries no ids at all: there the notice's ErrorInfo says whose it is.
         with pytest.raises(unbroken.Interrupted), unbroken.stream(
-            "POST", proxy + call.path, json=call.body, dialect="openai-chat",
+            "POST", proxy + call.path, json=call.body, dialect=dialect,
             headers=call.headers("seed=1; tokens=10; delay_ms=20"),
         ) as stream:
             for _event in stream:
                 pass
     message = stream.message
-    assert (message.status, message.last_seq, message.text) == (
-        Status.INTERRUPTED, 3, "".join(reply_deltas(1, 10)[:2]))
+    assert (message.seq_source, message.status, message.last_seq, message.text) == (
+        "position" if dialect == "gemini" else "proxy", Status.INTERRUPTED, 3,
+        call.text_after(1, 10, 3))
     assert [warning.code for warning in message.warnings][:2] == [
         "proxy_notice", "no_finish_reason"]
+    assert stream.connections == 4
 
 
 @pytest.mark.parametrize("dialect", ["openai-chat", "anthropic"])
