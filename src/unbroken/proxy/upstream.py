@@ -95,6 +95,9 @@ class Producer:
         self._drain_scheduled = False
         self.task: asyncio.Task[None] | None = None
         self._started = time.monotonic()
+        # Frames carry the monotonic time of the read that completed them; this turns it into
+        # the epoch seconds journaled as their receive time (no clock read per frame).
+        self._epoch = time.time() - self._started
         tail.on_readers = self._readers_changed
 
     # -- control ------------------------------------------------------------------------------
@@ -228,6 +231,7 @@ class Producer:
         records: list[FrameRecord] = []
         dedupe = self._receiver.seq_source == "provider"
         sse = self._sse
+        epoch = self._epoch
         for frame in frames:
             if dedupe:
                 if frame.seq <= self._provider_seq:
@@ -245,10 +249,11 @@ class Producer:
                 data = wire.data.encode()  # type: ignore[union-attr]
                 records.append(
                     FrameRecord(self.seq, None if event_type == "message" else event_type,
-                                data, text)
+                                data, text, frame.t + epoch)
                 )
             else:
-                records.append(FrameRecord(self.seq, None, wire.raw.rstrip(b"\r\n"), text))
+                records.append(FrameRecord(self.seq, None, wire.raw.rstrip(b"\r\n"), text,
+                                           frame.t + epoch))
         if not records:
             return
         landed = self._journal.submit(self.stream_id, records, self._state(final=False))

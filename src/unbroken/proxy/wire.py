@@ -19,6 +19,7 @@ Ollama's POST stays NDJSON: the upstream line bytes, one per line, no ids.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,7 +92,8 @@ def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
 def error_frame(dialect: str, seq: int, code: str, message: str,
                 provider_seq: int | None = None) -> FrameRecord:
     """The last frame of a stream that broke, in the dialect's own error format, so that the
-    official SDKs raise instead of ending quietly on half a sentence."""
+    official SDKs raise instead of ending quietly on half a sentence; its receive time is now,
+    when the proxy made it."""
     event: str | None = None
     payload: Any
     if dialect == "openai-chat":
@@ -117,7 +119,7 @@ def error_frame(dialect: str, seq: int, code: str, message: str,
              "domain": "unbroken"}]}}
     else:
         payload = {"error": message}
-    return FrameRecord(seq, event, dumps_compact(payload).encode())
+    return FrameRecord(seq, event, dumps_compact(payload).encode(), "", time.time())
 
 
 _GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",

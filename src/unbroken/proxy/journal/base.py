@@ -55,12 +55,18 @@ class FrameRecord(NamedTuple):
     ``None``; always ``None`` for NDJSON). ``data`` is the SSE data (UTF-8, lines joined by LF) or
     the NDJSON line without its terminator. ``text`` is the output text the frame added, so that
     a stream's text can be rebuilt without the dialect.
+
+    ``at`` is when the proxy finished reading the frame from the upstream, in epoch seconds (a
+    frame the proxy made itself, such as its error frame: when it was made). ``0.0`` means
+    unknown: a frame journaled before receive times were kept (a SQLite file of schema 3 or
+    older, a Redis entry without its ``a`` field).
     """
 
     seq: int
     event: str | None
     data: bytes
     text: str = ""
+    at: float = 0.0
 
 
 class Lease(NamedTuple):

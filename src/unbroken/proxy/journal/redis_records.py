@@ -1,8 +1,9 @@
 """How ``RedisJournal`` writes its records into Redis values, and reads them back.
 
 Streams' meta and state are JSON in the stream's hash; frames are stream entries ``0-<seq>``
-with fields ``d`` (data), ``e`` (event, absent for ``None``) and ``t`` (text, absent when
-empty); a group commit's appends travel to the ``APPEND`` script as one string of netstrings
+with fields ``d`` (data), ``e`` (event, absent for ``None``), ``t`` (text, absent when
+empty) and ``a`` (receive time, ``repr`` of the epoch seconds; absent when unknown, read back as
+``0.0``); a group commit's appends travel to the ``APPEND`` script as one string of netstrings
 (``<length>:<bytes>``), which Lua splits with ``string.find`` and ``string.sub`` alone.
 """
 
@@ -42,7 +43,9 @@ def packed_appends(
                   b"1" if state.ended else b"0", b"%d" % len(frames)]
         for frame in frames:
             event = b"" if frame.event is None else b"=" + frame.event.encode()
-            parts += [b"%d" % frame.seq, event, frame.data, frame.text.encode()]
+            at = frame.at
+            parts += [b"%d" % frame.seq, event, frame.data, frame.text.encode(),
+                      repr(at).encode() if at else b""]
     return b"".join(b"%d:%b" % (len(part), part) for part in parts)
 
 
@@ -71,11 +74,13 @@ def refusal(error: Exception) -> Exception:
 def frame_from(entry: Entry) -> FrameRecord:
     entry_id, fields = entry
     event = fields.get(b"e")
+    at = fields.get(b"a")
     return FrameRecord(
         int(bytes(entry_id).partition(b"-")[2]),
         None if event is None else event.decode(),
         fields[b"d"],
         fields.get(b"t", b"").decode(),
+        0.0 if at is None else float(at),
     )
 
 

@@ -7,7 +7,7 @@ stream id in braces so that one stream's keys share a hash slot)::
     P{id}:s   hash: meta, state (JSON), status, top (last frame's seq), token, cred, idem,
               owner, expires
     P{id}:f   stream of frames, entry id 0-<seq>: e (event, absent for None), d (data),
-              t (text, absent when empty)
+              t (text, absent when empty), a (receive time, epoch seconds; absent: unknown)
     P{id}:e   stream of ends: an entry each time the stream reaches an end state (wakes the
               readers blocked in other processes)
     P{id}:x   string: the stream's text so far (APPEND per frame)
@@ -46,8 +46,9 @@ return 1
 # per append cost the proxy more CPU than the append itself). ARGV: prefix, then the appends as
 # netstrings ("<length>:<bytes>"), each: id, state JSON ('' = progress only: keep the stored
 # state, the frames tell the last seq), status, updated, ended ('1'/'0'), n, then n times: seq,
-# event ('' or '=' .. name), data, text. Each append is checked whole, then written; a refused
-# one does not stop the others. Returns, per append, the stream's new last seq or the refusal.
+# event ('' or '=' .. name), data, text, receive time ('' = unknown). Each append is checked
+# whole, then written; a refused one does not stop the others. Returns, per append, the
+# stream's new last seq or the refusal.
 APPEND: Final = """
 local p, blob, pos = ARGV[1], ARGV[2], 1
 local function take()
@@ -56,8 +57,9 @@ local function take()
   pos = colon + size + 1
   return string.sub(blob, colon + 1, colon + size)
 end
--- The same frames again (redis-py resends a command whose reply a dropped connection lost):
--- stored by the first call, so this one is a no-op; anything else stored there is a conflict.
+-- The same frames again (redis-py resends a command whose reply a dropped connection lost,
+-- receive times and all): stored by the first call, so this one is a no-op; anything else
+-- stored there is a conflict.
 local function stored_already(key, frames)
   local n = #frames
   local entries = redis.call('XRANGE', key, '0-' .. frames[1][1], '0-' .. frames[n][1])
@@ -68,7 +70,10 @@ local function stored_already(key, frames)
     local frame = frames[k]
     local event = frame[2] ~= '' and string.sub(frame[2], 2) or nil
     local text = frame[4] ~= '' and frame[4] or nil
-    if got['d'] ~= frame[3] or got['e'] ~= event or got['t'] ~= text then return false end
+    local at = frame[5] ~= '' and frame[5] or nil
+    if got['d'] ~= frame[3] or got['e'] ~= event or got['t'] ~= text or got['a'] ~= at then
+      return false
+    end
   end
   return true
 end
@@ -77,7 +82,7 @@ while pos <= #blob do
   local id, state, status, updated, ended = take(), take(), take(), take(), take()
   local n = tonumber(take())
   local frames = {}
-  for k = 1, n do frames[k] = {take(), take(), take(), take()} end
+  for k = 1, n do frames[k] = {take(), take(), take(), take(), take()} end
   local base = p .. '{' .. id .. '}:'
   local h = redis.call('HMGET', base .. 's', 'top', 'status')
   local top = tonumber(h[1])
@@ -114,6 +119,7 @@ while pos <= #blob do
         table.insert(fields, 't'); table.insert(fields, frame[4])
         redis.call('APPEND', base .. 'x', frame[4])
       end
+      if frame[5] ~= '' then table.insert(fields, 'a'); table.insert(fields, frame[5]) end
       redis.call('XADD', base .. 'f', '0-' .. frame[1], unpack(fields))
     end
     if state ~= '' then

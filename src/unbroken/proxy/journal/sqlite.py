@@ -10,7 +10,7 @@ thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop:
 checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
 their own connection; in WAL mode readers never block the writer, nor it them.
 
-Schema (``PRAGMA user_version`` = 3; older files are upgraded in one transaction when opened;
+Schema (``PRAGMA user_version`` = 4; older files are upgraded in one transaction when opened;
 the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
 
     streams(stream_id PK, dialect, created, updated, status, finish_reason, raw_finish_reason,
@@ -18,7 +18,8 @@ the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
             token_hash, media_type, request_path, response_headers JSON,
             idempotency_hash, request_hash, background,       -- version 2
             lease_owner, lease_expires)                       -- version 2
-    frames(id INTEGER PRIMARY KEY, stream_id, seq, event, data BLOB, text)  -- arrival order
+    frames(id INTEGER PRIMARY KEY, stream_id, seq, event, data BLOB, text,  -- arrival order
+           at)                                  -- version 4: receive time, NULL = unknown
     UNIQUE INDEX frames_by_stream ON frames (stream_id, seq)                  -- version 3
 """
 
@@ -224,7 +225,8 @@ class SQLiteJournal(Journal):
         self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState
     ) -> asyncio.Future[Any]:
         batch = self._next_batch()
-        batch.rows += [(stream_id, f.seq, f.event, f.data, f.text or None) for f in frames]
+        batch.rows += [(stream_id, f.seq, f.event, f.data, f.text or None, f.at or None)
+                       for f in frames]
         batch.appends.append((stream_id, frames, state))
         # The stream's row is rewritten when something in it changes, but only about once a
         # second for progress alone: a live stream's last seq is read from its frames anyway.
@@ -243,11 +245,11 @@ class SQLiteJournal(Journal):
     async def read_after(self, stream_id: str, seq: int, limit: int) -> list[FrameRecord]:
         def read(conn: sqlite3.Connection) -> list[FrameRecord]:
             rows = conn.execute(
-                "SELECT seq, event, data, text FROM frames WHERE stream_id = ? AND seq > ? "
+                "SELECT seq, event, data, text, at FROM frames WHERE stream_id = ? AND seq > ? "
                 "ORDER BY seq LIMIT ?",
                 (stream_id, seq, limit),
             ).fetchall()
-            return [FrameRecord(s, e, d, t or "") for s, e, d, t in rows]
+            return [FrameRecord(s, e, d, t or "", a or 0.0) for s, e, d, t, a in rows]
 
         result: list[FrameRecord] = self._read(read)
         return result

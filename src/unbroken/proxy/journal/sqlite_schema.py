@@ -6,8 +6,9 @@ lookups and for the heartbeat of live streams. Version 3 keeps frames in arrival
 table) with a unique index on ``(stream_id, seq)``: a group commit of N live streams then
 appends its rows to one end of the table and touches N small index pages, where the clustered
 ``WITHOUT ROWID`` table of versions 1 and 2 rewrote N full leaves (1.5-2x the cost per commit,
-``benchmarks/README.md``). ``prepare`` creates a file or upgrades it in place, in one
-transaction.
+``benchmarks/README.md``). Version 4 adds each frame's receive time (``at``, epoch seconds;
+NULL for the frames of an upgraded file, read back as ``0.0``: unknown). ``prepare`` creates a
+file or upgrades it in place, in one transaction.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = [
     "stream_row",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS streams (
     stream_id TEXT PRIMARY KEY,
@@ -65,7 +66,8 @@ CREATE TABLE IF NOT EXISTS frames (
     seq INTEGER NOT NULL,
     event TEXT,
     data BLOB NOT NULL,
-    text TEXT
+    text TEXT,
+    at REAL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS frames_by_stream ON frames (stream_id, seq);
 CREATE INDEX IF NOT EXISTS streams_idempotency ON streams (idempotency_hash)
@@ -87,6 +89,7 @@ UPGRADE_FROM_1: Final = (
     "ALTER TABLE streams ADD COLUMN lease_owner TEXT",
     "ALTER TABLE streams ADD COLUMN lease_expires REAL",
 )
+UPGRADE_FROM_3: Final = ("ALTER TABLE frames ADD COLUMN at REAL",)
 # Version 2 frames (a clustered table, renamed aside) copied into the version 3 table, in order.
 UPGRADE_FRAMES_FROM_2: Final = (
     "INSERT INTO frames (stream_id, seq, event, data, text) "
@@ -104,7 +107,7 @@ UPDATE_STATE: Final = (
     "WHERE stream_id = ?"
 )
 INSERT_FRAMES: Final = (
-    "INSERT INTO frames (stream_id, seq, event, data, text) VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO frames (stream_id, seq, event, data, text, at) VALUES (?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -142,6 +145,8 @@ def prepare(path: str) -> None:
             steps += UPGRADE_FROM_1
         if 0 < version < 3:
             steps.append("ALTER TABLE frames RENAME TO frames_v2")
+        if version == 3:
+            steps += UPGRADE_FROM_3
         steps.append(SCHEMA.strip().rstrip(";"))
         if 0 < version < 3:
             steps += UPGRADE_FRAMES_FROM_2
