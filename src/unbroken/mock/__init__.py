@@ -12,7 +12,8 @@ Endpoints
 - ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` (gemini; without ``alt=sse`` the
   chunks come as one JSON array) and ``POST /v1beta/models/{model}:generateContent`` (whole body);
   the same under ``/v1/models/`` (the default of google-genai);
-- ``POST /api/chat`` (ollama, NDJSON) streams unless the body says ``"stream": false``;
+- ``POST /api/chat`` and ``POST /api/generate`` (ollama, NDJSON) stream unless the body says
+  ``"stream": false``;
 - ``GET /_mock/requests`` -> ``{"generations": {path: n}, "resumes": {path: n}}`` (a path with
   no count is absent); ``POST /_mock/reset`` clears counts, status-fault attempts and stored
   background responses.
@@ -75,6 +76,9 @@ ollama (NDJSON, Go-style JSON: ``<``, ``>``, ``&`` escaped as ``\\u003c`` ...)::
     tool_calls: T+1 {"message": {"content": "", "tool_calls": [...]}, "done": false}
     last     {"done": true, "done_reason": "stop"|"length", ...counts}; finish=error:
              {"error": "..."} instead. content_filter is a 400. Total T+1 (+1 tool_calls).
+    /api/generate: the same lines with the text in "response" instead of "message"
+    ({"response": <delta i>, "done": false}; last {"response": "", "done": true,
+    "done_reason": ..., "context": [1, 2, 3], ...counts}); tool_calls is a 400 too.
 
 Faults
 ------

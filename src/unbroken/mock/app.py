@@ -19,7 +19,7 @@ from .state import MockState, StoredResponse
 from .wire import Dialect, Frame, Framing, Plan, encode
 from .wire_anthropic import ANTHROPIC
 from .wire_gemini import GEMINI, json_array_body
-from .wire_ollama import OLLAMA
+from .wire_ollama import OLLAMA, OLLAMA_GENERATE
 from .wire_openai_chat import OPENAI_CHAT
 from .wire_openai_responses import OPENAI_RESPONSES, response_object
 
@@ -195,12 +195,19 @@ class MockApp:
         return await self.generate(request, ANTHROPIC)
 
     async def ollama_chat(self, request: Request) -> Response:
+        return await self._ollama(request, OLLAMA)
+
+    async def ollama_generate(self, request: Request) -> Response:
+        return await self._ollama(request, OLLAMA_GENERATE)
+
+    async def _ollama(self, request: Request, dialect: Dialect) -> Response:
+        # Ollama streams unless the body says "stream": false.
         raw = await request.body()
         try:
             wants_stream = json.loads(raw).get("stream", True) is not False
         except (ValueError, AttributeError):
             wants_stream = True
-        return await self.generate(request, OLLAMA, stream=wants_stream)
+        return await self.generate(request, dialect, stream=wants_stream)
 
     async def gemini(self, request: Request) -> Response:
         model, _, action = request.path_params["target"].rpartition(":")
@@ -252,6 +259,7 @@ def create_app() -> Starlette:
         # google-genai 1.x+ defaults to the v1 API; both versions speak the same format.
         Route("/v1/models/{target}", mock.gemini, methods=["POST"]),
         Route("/api/chat", mock.ollama_chat, methods=["POST"]),
+        Route("/api/generate", mock.ollama_generate, methods=["POST"]),
         Route("/_mock/requests", mock.requests, methods=["GET"]),
         Route("/_mock/reset", mock.reset, methods=["POST"]),
     ]

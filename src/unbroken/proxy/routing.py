@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "OLLAMA_STREAM_PATHS",
     "Endpoint",
     "endpoint_for",
     "request_headers",
@@ -23,6 +24,9 @@ HOP_BY_HOP = frozenset({
 })
 # Gemini's methods: /v1beta/models/gemini-x:streamGenerateContent (google-genai 3 uses /v1/).
 _GEMINI_METHOD = re.compile(r"/(?:v1|v1beta|v1alpha)/(?:tunedModels|models)/[^/]+:([A-Za-z]+)")
+# Ollama's two generation endpoints stream the same NDJSON lines (text in ``message.content`` or
+# in ``response``); the ``ollama`` dialect reads both.
+OLLAMA_STREAM_PATHS = frozenset({"/api/chat", "/api/generate"})
 _MEDIA_TYPES = {"ndjson": ("application/x-ndjson", "application/json"),
                 "sse": ("text/event-stream",)}
 
@@ -53,7 +57,7 @@ def endpoint_for(method: str, path: str, headers: Mapping[str, str]) -> Endpoint
             return Endpoint(provider="openai", dialect="openai-responses")
         if path == "/v1/messages":
             return Endpoint(provider="anthropic", dialect="anthropic")
-        if path == "/api/chat":
+        if path in OLLAMA_STREAM_PATHS:
             return Endpoint(provider="ollama", dialect="ollama")
     gemini = _GEMINI_METHOD.fullmatch(path)
     if gemini is not None:
