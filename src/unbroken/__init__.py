@@ -48,15 +48,17 @@ from .parsing import parse
 from .receiver import Frame, StreamReceiver
 from .trace import Trace
 
-# The I/O layers need httpx2 (extra ``client``); they load on first use so that importing
-# ``unbroken`` stays standard-library only. Type checkers see the real names.
+# The I/O layers need httpx2 (extra ``client``), GraphemeBuffer needs regex; they load on first
+# use so that importing ``unbroken`` stays standard-library only. Type checkers see the real names.
 if _TYPE_CHECKING:
     from .client import AsyncStream, Deadlines, Retry, Stream, astream, stream
+    from .graphemes import GraphemeBuffer
     from .sdk import from_anthropic, from_gemini, from_ollama, from_openai
 
 _LAZY = {
     "AsyncStream": "unbroken.client",
     "Deadlines": "unbroken.client",
+    "GraphemeBuffer": "unbroken.graphemes",
     "Retry": "unbroken.client",
     "Stream": "unbroken.client",
     "astream": "unbroken.client",
@@ -96,6 +98,7 @@ __all__ = [
     "FinishReason",
     "FirstEventTimeout",
     "Frame",
+    "GraphemeBuffer",
     "IdleTimeout",
     "Interrupted",
     "JSONLine",

@@ -56,10 +56,29 @@ class Stream:
             self._events = self._run()
         return self._events
 
-    def iter_text(self) -> Iterator[str]:
-        for event in self:
-            if event.__class__ is TextDelta:
-                yield event.text
+    def iter_text(self, *, graphemes: bool = False) -> Iterator[str]:
+        """The text deltas, as they come. ``graphemes=True`` cuts only between whole
+        user-perceived characters: a cluster a delta split (🧑🏿‍💻, 1️⃣, a flag) comes out whole,
+        the last one once text after it or the end shows it complete (``unbroken.graphemes``).
+        A held cluster still comes out before the stream's error is raised."""
+        if not graphemes:
+            for event in self:
+                if event.__class__ is TextDelta:
+                    yield event.text
+            return
+        from ..graphemes import GraphemeBuffer  # regex: loaded only by those who ask
+
+        buffer = GraphemeBuffer()
+        try:
+            for event in self:
+                if event.__class__ is TextDelta and (whole := buffer.push(event.text)):
+                    yield whole
+        except StreamError:
+            if held := buffer.flush():
+                yield held
+            raise
+        if held := buffer.flush():
+            yield held
 
     def close(self) -> None:
         """Stop reading; a message not yet ended is ``cancelled``."""
