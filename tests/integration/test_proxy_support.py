@@ -72,6 +72,10 @@ CALLS = {
     "ollama": Call("ollama", "/api/chat", {"model": "m", "messages": _MESSAGES},
                    "authorization", 1, 1),
 }
+# Ollama's other streaming endpoint: the ``ollama`` dialect, the same layout as /api/chat. Not
+# in CALLS, whose entries are one per dialect (tests iterate over all of them).
+OLLAMA_GENERATE = Call("ollama", "/api/generate", {"model": "m", "prompt": "hi"},
+                       "authorization", 1, 1)
 
 
 def proxy_config(mock: str, **options: Any) -> ProxyConfig:
