@@ -155,12 +155,14 @@ def _scene(
 ) -> SceneResult:
     from ..client import Retry, stream
     from ..events import TextDelta
+    from ..graphemes import GraphemeBuffer
 
     log: list[str] = []
     transport: httpx2.BaseTransport = (
         CutOnceTransport(cut_after, log) if cut_after is not None else httpx2.HTTPTransport()
     )
     text = ""
+    shown = GraphemeBuffer()  # the live view never shows 🧑 before 🧑🏿‍💻, or half a flag
     with (
         httpx2.Client(transport=transport) as http,
         stream("POST", proxy + path, dialect=dialect, json=body, client=http,
@@ -169,7 +171,7 @@ def _scene(
     ):
         for event in s:
             if isinstance(event, TextDelta):
-                text += event.text
+                text += shown.push(event.text)
             if live is not None:
                 live.update(_view(title, text, log, f"streaming… connection {s.connections}"))
         message = s.message
