@@ -9,6 +9,7 @@ response, done, done_reason, context, then the metrics), not from the mock's own
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import httpx2
 import pytest
@@ -51,7 +52,7 @@ def expected_lines(seed: int, tokens: int, reason: bytes = b"stop") -> list[byte
     return [*lines, done_line(tokens + 1, "", reason, tokens) + b"\n"]
 
 
-def post(mock: str, scenario: str, body: dict[str, object] = BODY) -> httpx2.Response:
+def post(mock: str, scenario: str, body: Mapping[str, object] = BODY) -> httpx2.Response:
     return httpx2.post(mock + PATH, json=body, headers={"Unbroken-Mock": scenario}, timeout=10)
 
 
