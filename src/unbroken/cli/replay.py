@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from bisect import bisect_left
 from dataclasses import replace
+from itertools import accumulate
 from typing import Any
 
-from ..client.capture import Capture, CaptureConnection, replay_capture
+from ..client.capture import Capture, CaptureConnection, redact_url, replay_capture
 from ..message import Message
 from .errors import EXIT_CHECK_FAILED, EXIT_OK
-from .inspect import load_capture
+from .inspect import add_source_arguments, load_capture, request_headers
 from .output import console
 
 __all__ = ["SPLITS", "add_parser", "message_summary", "resplit"]
@@ -27,7 +29,7 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "replay", help="re-run a capture under other read boundaries; the result must not change"
     )
-    parser.add_argument("capture", help="a capture file (unbroken capture -o ...)")
+    add_source_arguments(parser)
     parser.add_argument("--split", choices=SPLITS, default="random",
                         help="how to cut the reads (default random)")
     parser.add_argument("--seed", type=int, default=0, help="seed for --split random")
@@ -37,15 +39,16 @@ def add_parser(commands: Any) -> None:
 
 
 def resplit(capture: Capture, how: str, seed: int = 0) -> Capture:
-    """The capture with each connection's bytes cut another way (times kept per byte)."""
+    """The capture with each connection's bytes cut another way. Each piece keeps the time of
+    the original read that held its last byte, so frame times (and stall warnings) stay."""
     rng = random.Random(seed)
     connections = []
     for conn in capture.connections:
         body = b"".join(data for _, data in conn.reads)
-        t = conn.reads[-1][0] if conn.reads else 0.0
+        ends = list(accumulate(len(data) for _, data in conn.reads))
         cuts = _cuts(body, how, rng)
-        pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-        reads = [(t, piece) for piece in pieces if piece]
+        reads = [(conn.reads[bisect_left(ends, b)][0], body[a:b])
+                 for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True) if b > a]
         connections.append(
             CaptureConnection(number=conn.number, kind=conn.kind, status=conn.status,
                               headers=conn.headers, reads=reads)
@@ -89,7 +92,7 @@ def message_summary(message: Message) -> dict[str, Any]:
 
 
 def run(arguments: argparse.Namespace) -> int:
-    capture = load_capture(arguments.capture)
+    capture = load_capture(arguments.capture, request_headers(arguments))
     original = message_summary(replay_capture(capture, dialect=arguments.dialect))
     split = resplit(capture, arguments.split, arguments.seed)
     again = message_summary(replay_capture(split, dialect=arguments.dialect))
@@ -101,7 +104,8 @@ def run(arguments: argparse.Namespace) -> int:
                          ensure_ascii=False))
     else:
         out = console()
-        out.print(f"replayed [bold]{arguments.capture}[/] in {reads} reads ({arguments.split})")
+        out.print(f"replayed [bold]{redact_url(arguments.capture)}[/] in {reads} reads "
+                  f"({arguments.split})")
         out.print(f"status {again['status']}, finish reason {again['finish_reason']} "
                   f"(raw {again['raw_finish_reason']!r}), {len(again['text'])} characters")
         if differs:

@@ -5,7 +5,12 @@ Format (design.md "Evidence")::
     {"unbroken_capture": 1, "method": ..., "url": ..., "dialect": ..., "started": <unix time>}
     {"connection": n, "kind": "first"|"retry"|"resume", "status": ..., "headers": {...}}
     {"t": <seconds since start>, "b": "<base64 bytes>"}          one per network read
-    {"end": "eof"|"error", "error": "..."}
+    {"end": "eof"|"error"|"live", "error": "..."}
+
+``"live"`` ends a capture taken while the stream was still going (an unbroken proxy's export of
+a journaled stream, ``GET /v1/streams/{id}/capture``): its replay leaves the message
+``streaming`` instead of closing it. Such an export's header also says where it came from
+(``"source": "unbroken-proxy-journal"``); readers ignore fields they do not know.
 
 Credentials never reach the file: credential headers are replaced by ``[redacted]`` and a ``key=``
 query parameter in a URL is masked. Replaying a capture feeds the same bytes, connection by
@@ -26,14 +31,16 @@ from typing import IO, Any, Literal
 
 from ..errors import PayloadError, StreamError
 from ..message import Message
-from ..receiver import StreamReceiver
+from ..receiver import DEFAULT_STALL_SECONDS, StreamReceiver
 
 __all__ = [
     "CANCELLED",
     "CREDENTIAL_HEADERS",
+    "LIVE",
     "Capture",
     "CaptureConnection",
     "CaptureWriter",
+    "parse_capture",
     "read_capture",
     "redact_headers",
     "redact_url",
@@ -56,6 +63,8 @@ _KEY_PARAM = re.compile(r"(?i)([?&](?:key|api_key|token)=)[^&#]*")
 REDACTED = "[redacted]"
 # The end record's error when the caller stopped reading: a replay ends the message cancelled.
 CANCELLED = "cancelled by the caller"
+# The end record of a capture taken while the stream was still going.
+LIVE = "live"
 ConnectionKind = Literal["first", "retry", "resume"]
 
 
@@ -132,8 +141,9 @@ class Capture:
     dialect: str
     started: float
     connections: list[CaptureConnection]
-    end: str | None  # "eof", "error", or None when the capture was cut off
+    end: str | None  # "eof", "error", "live", or None when the capture was cut off
     error: str | None
+    source: str = ""  # who wrote it, when not a client: "unbroken-proxy-journal"
 
     @property
     def body(self) -> bytes:
@@ -143,43 +153,49 @@ class Capture:
 
 def read_capture(path: str | Path) -> Capture:
     """Load a capture file; a malformed one raises ``PayloadError`` naming the line."""
+    with open(path, encoding="utf-8") as file:
+        return parse_capture(file, str(path))
+
+
+def parse_capture(lines: Iterable[str], name: str) -> Capture:
+    """A capture from its lines (a file's, or a body fetched from an unbroken proxy); ``name``
+    says where they came from in errors. A malformed one raises ``PayloadError``."""
     header: dict[str, Any] | None = None
     connections: list[CaptureConnection] = []
     end: str | None = None
     error: str | None = None
-    with open(path, encoding="utf-8") as file:
-        for lineno, line in enumerate(file, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if header is None:
-                    if record.get("unbroken_capture") != 1:
-                        raise ValueError("not an unbroken capture (no unbroken_capture: 1 header)")
-                    header = record
-                elif "t" in record:
-                    if not connections:
-                        raise ValueError("a read before any connection record")
-                    connections[-1].reads.append(
-                        (float(record["t"]), base64.b64decode(record["b"], validate=True))
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if header is None:
+                if not isinstance(record, dict) or record.get("unbroken_capture") != 1:
+                    raise ValueError("not an unbroken capture (no unbroken_capture: 1 header)")
+                header = record
+            elif "t" in record:
+                if not connections:
+                    raise ValueError("a read before any connection record")
+                connections[-1].reads.append(
+                    (float(record["t"]), base64.b64decode(record["b"], validate=True))
+                )
+            elif "connection" in record:
+                connections.append(
+                    CaptureConnection(
+                        number=int(record["connection"]),
+                        kind=record.get("kind", "first"),
+                        status=int(record["status"]),
+                        headers=dict(record.get("headers", {})),
                     )
-                elif "connection" in record:
-                    connections.append(
-                        CaptureConnection(
-                            number=int(record["connection"]),
-                            kind=record.get("kind", "first"),
-                            status=int(record["status"]),
-                            headers=dict(record.get("headers", {})),
-                        )
-                    )
-                elif "end" in record:
-                    end, error = record["end"], record.get("error")
-                else:
-                    raise ValueError(f"unknown record {sorted(record)}")
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise PayloadError(f"{path}: line {lineno}: {exc}", line=lineno) from exc
+                )
+            elif "end" in record:
+                end, error = record["end"], record.get("error")
+            else:
+                raise ValueError(f"unknown record {sorted(record)}")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise PayloadError(f"{name}: line {lineno}: {exc}", line=lineno) from exc
     if header is None:
-        raise PayloadError(f"{path}: empty file, not an unbroken capture", line=1)
+        raise PayloadError(f"{name}: empty file, not an unbroken capture", line=1)
     return Capture(
         method=str(header.get("method", "")),
         url=str(header.get("url", "")),
@@ -188,6 +204,7 @@ def read_capture(path: str | Path) -> Capture:
         connections=connections,
         end=end,
         error=error,
+        source=str(header.get("source", "")),
     )
 
 
@@ -197,34 +214,41 @@ def replay_capture(
     split: Iterable[int] | None = None,
     trace: bool = True,
     dialect: str | None = None,
+    stall_seconds: float = DEFAULT_STALL_SECONDS,
 ) -> Message:
     """Feed a capture back through a receiver and return the closed ``Message``.
 
     ``split`` re-cuts each connection's bytes at other boundaries (a sequence of read sizes,
     cycled); by default the original reads are used. A connection of kind ``retry`` starts a new
-    message, as the client did; ``resume`` continues the same one on a new connection.
+    message, as the client did; ``resume`` continues the same one on a new connection. Frames
+    further apart than ``stall_seconds`` leave a ``stall`` warning.
     """
     sizes = list(split) if split is not None else None
     cancelled = capture.end == "error" and capture.error == CANCELLED
+    # Neither a caller who stopped reading nor a capture of a live stream saw the body's end.
+    unended = cancelled or capture.end == LIVE
     answered = [conn for conn in capture.connections if 200 <= conn.status < 300]
     receiver: StreamReceiver | None = None
     for index, conn in enumerate(answered):
         if receiver is None or conn.kind != "resume":
-            receiver = StreamReceiver(dialect or capture.dialect, trace=trace)
+            receiver = StreamReceiver(dialect or capture.dialect, trace=trace,
+                                      stall_seconds=stall_seconds)
         else:
             receiver = receiver.reconnect()
         for t, data in _recut(conn.reads, sizes):
             if receiver.finished:  # the client stopped reading at a protocol error too
                 break
             receiver.receive_data(data, t)
-        # A caller who stopped reading never saw the last body's end.
-        if not receiver.finished and not (cancelled and index == len(answered) - 1):
+        if not receiver.finished and not (unended and index == len(answered) - 1):
             receiver.receive_eof(conn.reads[-1][0] if conn.reads else 0.0)
     if receiver is None:
-        receiver = StreamReceiver(dialect or capture.dialect, trace=trace)
+        receiver = StreamReceiver(dialect or capture.dialect, trace=trace,
+                                  stall_seconds=stall_seconds)
     if cancelled:
         receiver.close(cancelled=True)
         return receiver.message
+    if capture.end == LIVE:
+        return receiver.message  # still streaming when the capture was taken
     message = receiver.message
     if capture.end == "error" and capture.error:
         error = StreamError(capture.error)

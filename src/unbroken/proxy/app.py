@@ -39,6 +39,7 @@ from ..finish import Status
 from .access import may_read, parse_event_id
 from .config import ProxyConfig
 from .cors import SERVED_METHODS, CORSStarlette, cors_options
+from .evidence import capture
 from .journal import Journal, StreamRecord, journal_for
 from .journal_failures import JOURNAL_ERRORS, journal_failed
 from .launcher import Launcher, expired
@@ -368,6 +369,7 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
         Route("/v1/streams/{stream_id}", proxy.stream_status, methods=["GET"]),
         Route("/v1/streams/{stream_id}/cancel", proxy.cancel, methods=["POST"]),
         Route("/v1/streams/{stream_id}/events", proxy.events, methods=["GET"]),
+        Route("/v1/streams/{stream_id}/capture", capture, methods=["GET"]),
         Route("/{path:path}", proxy.forward, methods=SERVED_METHODS),
     ]
     app = CORSStarlette(routes=routes, lifespan=proxy.lifespan,

@@ -19,6 +19,7 @@ Ollama's POST stays NDJSON: the upstream line bytes, one per line, no ids.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,8 @@ __all__ = [
     "downstream_for",
     "error_body",
     "error_frame",
+    "proxy_error_message",
+    "upstream_framing",
 ]
 
 KEEPALIVE_COMMENT = b": keep-alive\n"
@@ -89,6 +92,14 @@ def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
     return Downstream(media_type=media_type, dialect=dialect, retry_ms=retry_ms)
 
 
+def upstream_framing(dialect: str, media_type: str) -> Downstream:
+    """Frames as the upstream's own wire carried them (the evidence export): SSE ``event:``
+    (when named) and ``data:`` lines and a blank line, or an NDJSON line; no ids, no hints.
+    What the upstream sent besides (``id:``/``retry:`` lines, comments) was never journaled."""
+    return Downstream(media_type=media_type, dialect=dialect, ndjson=dialect == "ollama",
+                      ids=False, keepalive=None)
+
+
 def error_frame(dialect: str, seq: int, code: str, message: str,
                 provider_seq: int | None = None) -> FrameRecord:
     """The last frame of a stream that broke, in the dialect's own error format, so that the
@@ -120,6 +131,30 @@ def error_frame(dialect: str, seq: int, code: str, message: str,
     else:
         payload = {"error": message}
     return FrameRecord(seq, event, dumps_compact(payload).encode(), "", time.time())
+
+
+_PROXY_MARK = "unbroken proxy: "
+
+
+def proxy_error_message(dialect: str, frame: FrameRecord) -> str | None:
+    """The message of an error frame the proxy made itself (``error_frame``: its message
+    starts with ``unbroken proxy:``), or ``None`` for any other frame."""
+    if _PROXY_MARK.encode() not in frame.data:
+        return None
+    try:
+        payload = json.loads(frame.data)
+        error = payload.get("error")
+        if dialect == "openai-responses":
+            message = payload.get("message") if payload.get("type") == "error" else None
+        elif dialect == "ollama":
+            message = error
+        else:
+            message = error.get("message") if isinstance(error, dict) else None
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(message, str) and message.startswith(_PROXY_MARK):
+        return message
+    return None
 
 
 _GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
