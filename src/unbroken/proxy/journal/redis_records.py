@@ -37,6 +37,8 @@ def packed_appends(
     """The ``APPEND`` script's argument: per append its stream id, its state (stored only when
     the last flag says so; else progress alone, which the frames tell), then its frames."""
     parts: list[bytes] = []
+    # The frames of one append were mostly read at once: one receive time, formatted once.
+    last_at, at_text = 0.0, b""
     for stream_id, frames, state, write in appends:
         parts += [stream_id.encode(), state_json(state).encode() if write else b"",
                   state.status.value.encode(), repr(state.updated).encode(),
@@ -44,8 +46,9 @@ def packed_appends(
         for frame in frames:
             event = b"" if frame.event is None else b"=" + frame.event.encode()
             at = frame.at
-            parts += [b"%d" % frame.seq, event, frame.data, frame.text.encode(),
-                      repr(at).encode() if at else b""]
+            if at != last_at:
+                last_at, at_text = at, repr(at).encode() if at else b""
+            parts += [b"%d" % frame.seq, event, frame.data, frame.text.encode(), at_text]
     return b"".join(b"%d:%b" % (len(part), part) for part in parts)
 
 
