@@ -1,8 +1,9 @@
 """from_ollama over the real ollama SDK (Client and AsyncClient) against the mock upstream.
 
 Every test runs twice: the sync client in a worker thread, and the async client on the loop.
-The mock serves ``/api/chat`` only; ``/api/generate`` is covered in
-``tests/unit/test_sdk_gemini_ollama.py`` on fixed bodies. Ollama has no content filter, so no
+These run on ``/api/chat``; ``/api/generate`` is covered in
+``tests/unit/test_sdk_gemini_ollama.py`` on fixed bodies and, through the proxy, in
+``test_proxy_ollama_generate.py``. Ollama has no content filter, so no
 stream here ends ``filtered``.
 """
 

@@ -1,4 +1,4 @@
-"""Newline-delimited JSON (Ollama's ``/api/chat``): one JSON value per line.
+"""Newline-delimited JSON (Ollama's ``/api/chat`` and ``/api/generate``): one JSON value per line.
 
 Lines end in LF (a CR before it is tolerated); blank lines are skipped; a final line without LF
 is a value at EOF. Each line is parsed once, when complete.
