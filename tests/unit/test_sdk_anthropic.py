@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import httpx2
 import pytest
+from tests.sdk_runs import ending
+from tests.unit.sdk_support import fixed_body
 from tests.unit.test_parse_bodies import anthropic_body, sse
 
 from unbroken.errors import ProviderError, TransportError
@@ -23,20 +24,8 @@ REQUEST: dict[str, Any] = {
 }
 
 
-def transport(body: bytes, *, broken: bool = False) -> httpx2.MockTransport:
-    def respond(request: httpx2.Request) -> httpx2.Response:
-        def chunks() -> Iterator[bytes]:
-            yield body
-            raise httpx2.ReadError("connection reset by peer")
-
-        headers = {"content-type": "text/event-stream"}
-        return httpx2.Response(200, headers=headers, content=chunks() if broken else body)
-
-    return httpx2.MockTransport(respond)
-
-
 def client(body: bytes, *, broken: bool = False) -> anthropic.Anthropic:
-    http = httpx2.Client(transport=transport(body, broken=broken))
+    http = httpx2.Client(transport=fixed_body(body, broken=broken))
     return anthropic.Anthropic(
         api_key="sk-ant-test", base_url="http://test", http_client=http, max_retries=0
     )
@@ -63,11 +52,7 @@ def test_raw_events_pass_through_and_the_message_completes() -> None:
         "message_stop",
     ]
     message = tracked.message
-    assert (message.status, message.finish_reason, message.raw_finish_reason) == (
-        Status.COMPLETED,
-        FinishReason.STOP,
-        "end_turn",
-    )
+    assert ending(message) == (Status.COMPLETED, FinishReason.STOP, "end_turn")
     assert (message.text, message.id, message.model, message.end_marker) == (
         "Hello 世界",
         "msg_1",
@@ -81,10 +66,7 @@ def test_raw_events_pass_through_and_the_message_completes() -> None:
 def test_max_tokens_is_truncated() -> None:
     tracked = raw_stream(anthropic_body(["Once"], stop_reason="max_tokens"))
     list(tracked)
-    assert (tracked.message.status, tracked.message.finish_reason) == (
-        Status.TRUNCATED,
-        FinishReason.LENGTH,
-    )
+    assert ending(tracked.message) == (Status.TRUNCATED, FinishReason.LENGTH, "max_tokens")
 
 
 def test_a_tool_use_block_becomes_a_tool_call() -> None:
@@ -127,16 +109,10 @@ def test_a_tool_use_block_becomes_a_tool_call() -> None:
         tracked = from_anthropic(stream)
         kinds = [event.type for event in tracked]
     assert kinds.count("input_json") == 2  # the helper's own events are yielded too
-    assert tracked.message.status is Status.COMPLETED
-    assert tracked.message.finish_reason is FinishReason.TOOL_CALLS
+    assert ending(tracked.message) == (Status.COMPLETED, FinishReason.TOOL_CALLS, "tool_use")
     assert tracked.message.tool_calls == [
-        ToolCall(
-            index=0,
-            id="toolu_1",
-            name="get_weather",
-            arguments='{"city": "Paris"}',
-            value={"city": "Paris"},
-        )
+        ToolCall(index=0, id="toolu_1", name="get_weather", arguments='{"city": "Paris"}',
+                 value={"city": "Paris"})
     ]
 
 
@@ -203,7 +179,7 @@ def test_leaving_early_cancels_and_closes_the_sdk_stream() -> None:
 
 
 def async_client(body: bytes) -> anthropic.AsyncAnthropic:
-    http = httpx2.AsyncClient(transport=transport(body))
+    http = httpx2.AsyncClient(transport=fixed_body(body))
     return anthropic.AsyncAnthropic(
         api_key="sk-ant-test", base_url="http://test", http_client=http, max_retries=0
     )

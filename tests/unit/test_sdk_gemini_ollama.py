@@ -18,12 +18,13 @@ import pytest
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
+from tests.sdk_runs import Run, drain, ending
+from tests.unit.sdk_support import fixed_body
 
 from unbroken import from_gemini, from_ollama
 from unbroken.errors import PayloadError, TransportError, UpstreamStatusError
 from unbroken.events import Usage
 from unbroken.finish import FinishReason, Status
-from unbroken.message import Message
 from unbroken.sdk import AsyncTrackedStream, TrackedStream
 from unbroken.sdk.gemini import GeminiAdapter
 from unbroken.sdk.ollama import OllamaAdapter
@@ -94,42 +95,32 @@ def sse(chunk: dict[str, Any]) -> bytes:
 
 def gemini_client(body: bytes, *, status: int = 200,
                   content_type: str = "text/event-stream") -> genai.Client:
-    def respond(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(status, headers={"content-type": content_type}, content=body)
-
-    http = httpx2.Client(transport=httpx2.MockTransport(respond))
+    http = httpx2.Client(transport=fixed_body(body, status=status, content_type=content_type))
     options = genai_types.HttpOptions(base_url="http://test", httpx_client=http)
     return genai.Client(api_key="fake-key", http_options=options)
 
 
-def gemini_run(body: bytes, **response: Any) -> tuple[list[Any], Message, Exception | None]:
+def gemini_run(body: bytes, **response: Any) -> Run:
     client = gemini_client(body, **response)
     tracked = from_gemini(client.models.generate_content_stream(model="m", contents="hi"))
     assert isinstance(tracked, TrackedStream)
-    chunks: list[Any] = []
-    try:
-        for chunk in tracked:
-            chunks.append(chunk)
-    except Exception as exc:
-        return chunks, tracked.message, exc
-    return chunks, tracked.message, None
+    return drain(tracked)
 
 
 def test_each_response_dumps_back_to_exactly_its_wire_json() -> None:
-    chunks, _, raised = gemini_run(b"".join(sse(chunk) for chunk in WIRE_CHUNKS))
-    assert raised is None
+    result = gemini_run(b"".join(sse(chunk) for chunk in WIRE_CHUNKS))
+    assert result.raised is None
     adapter = GeminiAdapter()
-    assert [adapter.payload(chunk) for chunk in chunks] == WIRE_CHUNKS
-    assert chunks[0].candidates[0].content.parts[0].thought_signature == (
+    assert [adapter.payload(chunk) for chunk in result.received] == WIRE_CHUNKS
+    assert result.received[0].candidates[0].content.parts[0].thought_signature == (
         b"\xfa\xfb\xfc\xfd\xfe\xff\xfa\xfb\xfc\xfd\xfe\xff\x08\x01D"
     )
 
 
 def test_reasoning_text_tool_call_and_usage_come_through_the_sdk() -> None:
-    _, message, _ = gemini_run(b"".join(sse(chunk) for chunk in WIRE_CHUNKS))
-    assert (message.status, message.finish_reason, message.raw_finish_reason) == (
-        Status.COMPLETED, FinishReason.TOOL_CALLS, "STOP"
-    )
+    result = gemini_run(b"".join(sse(chunk) for chunk in WIRE_CHUNKS))
+    message = result.message
+    assert ending(message) == (Status.COMPLETED, FinishReason.TOOL_CALLS, "STOP")
     assert (message.text, message.reasoning) == ("Tōkyō is 東京 🌧", "Let me think.")
     assert message.reasoning_signature == SIGNATURE
     assert [(call.id, call.name, call.value) for call in message.tool_calls] == [
@@ -141,8 +132,9 @@ def test_reasoning_text_tool_call_and_usage_come_through_the_sdk() -> None:
 
 
 def test_a_stream_that_ends_without_a_finish_reason_is_interrupted() -> None:
-    chunks, message, raised = gemini_run(sse(WIRE_CHUNKS[1]))
-    assert (raised, len(chunks)) == (None, 1)  # the SDK itself ends without complaint
+    result = gemini_run(sse(WIRE_CHUNKS[1]))
+    message = result.message
+    assert (result.raised, len(result.received)) == (None, 1)  # the SDK ends without complaint
     assert (message.status, message.finish_reason, message.text) == (
         Status.INTERRUPTED, None, "Tōkyō is 東京 🌧"
     )
@@ -152,18 +144,20 @@ def test_a_stream_that_ends_without_a_finish_reason_is_interrupted() -> None:
 def test_a_blocked_prompt_is_filtered() -> None:
     blocked = {"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
                "usageMetadata": {"promptTokenCount": 3, "totalTokenCount": 3}}
-    chunks, message, raised = gemini_run(sse(blocked))
-    assert raised is None
-    assert chunks[0].prompt_feedback.block_reason == genai_types.BlockedReason.PROHIBITED_CONTENT
+    result = gemini_run(sse(blocked))
+    message = result.message
+    assert result.raised is None
+    feedback = result.received[0].prompt_feedback
+    assert feedback.block_reason == genai_types.BlockedReason.PROHIBITED_CONTENT
     assert (message.status, message.finish_reason, message.raw_finish_reason, message.text) == (
         Status.FILTERED, FinishReason.CONTENT_FILTER, "PROHIBITED_CONTENT", ""
     )
 
 
 def test_an_error_status_with_a_non_json_body_interrupts_with_its_text() -> None:
-    _, message, raised = gemini_run(b"<html>upstream down</html>", status=502,
-                                    content_type="text/html")
-    assert isinstance(raised, genai_errors.ServerError)
+    result = gemini_run(b"<html>upstream down</html>", status=502, content_type="text/html")
+    message = result.message
+    assert isinstance(result.raised, genai_errors.ServerError)
     error = message.error
     assert isinstance(error, UpstreamStatusError)
     assert (message.status, error.status, error.retryable, error.retry_after) == (
@@ -175,20 +169,22 @@ def test_an_in_stream_error_without_a_code_breaks_the_sdk_and_interrupts() -> No
     # google-genai compares the missing code with 400 and raises TypeError: the error body is
     # lost to us, but the message still does not end completed.
     error = {"error": {"message": "quota gone", "status": "RESOURCE_EXHAUSTED"}}
-    _, message, raised = gemini_run(sse(WIRE_CHUNKS[1]) + sse(error))
-    assert isinstance(raised, TypeError)
+    result = gemini_run(sse(WIRE_CHUNKS[1]) + sse(error))
+    message = result.message
+    assert isinstance(result.raised, TypeError)
     assert (message.status, message.text) == (Status.INTERRUPTED, "Tōkyō is 東京 🌧")
     assert isinstance(message.error, TransportError)
-    assert message.error.__cause__ is raised
+    assert message.error.__cause__ is result.raised
 
 
 def test_an_error_object_that_is_not_the_first_key_is_dropped_by_the_sdk() -> None:
     # The SDK recognises an error only when its JSON starts with {"error": ...}; otherwise it
     # yields an empty response. The message ends interrupted, not completed.
     error = {"candidates": [], "error": {"code": 500, "message": "boom", "status": "INTERNAL"}}
-    chunks, message, raised = gemini_run(sse(WIRE_CHUNKS[1]) + sse(error))
-    assert raised is None
-    assert GeminiAdapter().payload(chunks[1]) == {"candidates": []}
+    result = gemini_run(sse(WIRE_CHUNKS[1]) + sse(error))
+    message = result.message
+    assert result.raised is None
+    assert GeminiAdapter().payload(result.received[1]) == {"candidates": []}
     assert (message.status, message.error) == (Status.INTERRUPTED, None)
 
 
@@ -202,11 +198,8 @@ async def test_an_unawaited_async_call_is_refused_clearly() -> None:
 
 @pytest.mark.anyio
 async def test_async_client_gives_an_async_tracked_stream() -> None:
-    def respond(request: httpx2.Request) -> httpx2.Response:
-        body = b"".join(sse(chunk) for chunk in WIRE_CHUNKS)
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    http = httpx2.AsyncClient(transport=httpx2.MockTransport(respond))
+    body = b"".join(sse(chunk) for chunk in WIRE_CHUNKS)
+    http = httpx2.AsyncClient(transport=fixed_body(body))
     options = genai_types.HttpOptions(base_url="http://test", httpx_async_client=http)
     client = genai.Client(api_key="fake-key", http_options=options)
     stream = await client.aio.models.generate_content_stream(model="m", contents="hi")
@@ -233,16 +226,10 @@ def ollama_client(body: bytes, *, status: int = 200) -> ollama.Client:
     return ollama.Client(host="http://test", transport=httpx.MockTransport(respond))
 
 
-def ollama_run(stream: Any) -> tuple[list[Any], Message, Exception | None]:
+def ollama_run(stream: Any) -> Run:
     tracked = from_ollama(stream)
     assert isinstance(tracked, TrackedStream)
-    parts: list[Any] = []
-    try:
-        for part in tracked:
-            parts.append(part)
-    except Exception as exc:
-        return parts, tracked.message, exc
-    return parts, tracked.message, None
+    return drain(tracked)
 
 
 GENERATE_LINES: list[dict[str, Any]] = [
@@ -259,13 +246,12 @@ GENERATE_LINES: list[dict[str, Any]] = [
 
 def test_generate_lines_dump_back_to_their_wire_json_and_truncate() -> None:
     client = ollama_client(ndjson(*GENERATE_LINES))
-    parts, message, raised = ollama_run(client.generate(model="qwen3", prompt="hi", stream=True))
-    assert raised is None
-    assert all(type(part) is ollama.GenerateResponse for part in parts)
-    assert [OllamaAdapter().payload(part) for part in parts] == GENERATE_LINES
-    assert (message.status, message.finish_reason, message.raw_finish_reason) == (
-        Status.TRUNCATED, FinishReason.LENGTH, "length"
-    )
+    result = ollama_run(client.generate(model="qwen3", prompt="hi", stream=True))
+    message = result.message
+    assert result.raised is None
+    assert all(type(part) is ollama.GenerateResponse for part in result.received)
+    assert [OllamaAdapter().payload(part) for part in result.received] == GENERATE_LINES
+    assert ending(message) == (Status.TRUNCATED, FinishReason.LENGTH, "length")
     assert (message.text, message.reasoning, message.model) == ("Hello 世界", "Short.", "qwen3")
     assert message.usage == Usage(seq=4, input_tokens=6, output_tokens=3)
 
@@ -281,10 +267,10 @@ CHAT_LINES: list[dict[str, Any]] = [
 def test_chat_thinking_is_reasoning_and_a_clean_end_before_done_is_interrupted() -> None:
     client = ollama_client(ndjson(*CHAT_LINES))
     messages = [{"role": "user", "content": "hi"}]
-    parts, message, raised = ollama_run(client.chat(model="qwen3", messages=messages,
-                                                    stream=True))
-    assert (raised, len(parts)) == (None, 2)  # the SDK ends without complaint
-    assert [OllamaAdapter().payload(part) for part in parts] == CHAT_LINES
+    result = ollama_run(client.chat(model="qwen3", messages=messages, stream=True))
+    message = result.message
+    assert (result.raised, len(result.received)) == (None, 2)  # the SDK ends without complaint
+    assert [OllamaAdapter().payload(part) for part in result.received] == CHAT_LINES
     assert (message.status, message.finish_reason, message.text, message.reasoning) == (
         Status.INTERRUPTED, None, "Hi", "Hmm."
     )
@@ -296,8 +282,9 @@ def test_a_done_line_without_a_reason_is_interrupted() -> None:
     client = ollama_client(ndjson(CHAT_LINES[1], done))
     stream = client.chat(model="qwen3", messages=[{"role": "user", "content": "hi"}],
                          stream=True)
-    _, message, raised = ollama_run(stream)
-    assert raised is None
+    result = ollama_run(stream)
+    message = result.message
+    assert result.raised is None
     assert (message.status, message.finish_reason, message.end_marker) == (
         Status.INTERRUPTED, None, "done"
     )
@@ -307,9 +294,10 @@ def test_an_error_status_with_an_empty_body_interrupts_with_the_status() -> None
     client = ollama_client(b"", status=502)
     stream = client.chat(model="qwen3", messages=[{"role": "user", "content": "hi"}],
                          stream=True)
-    _, message, raised = ollama_run(stream)
-    assert isinstance(raised, ollama.ResponseError)
-    assert (raised.error, raised.status_code) == ("", 502)
+    result = ollama_run(stream)
+    message = result.message
+    assert isinstance(result.raised, ollama.ResponseError)
+    assert (result.raised.error, result.raised.status_code) == ("", 502)
     error = message.error
     assert isinstance(error, UpstreamStatusError)
     assert (message.status, error.status, error.retryable) == (Status.INTERRUPTED, 502, True)
@@ -326,8 +314,9 @@ def test_a_broken_connection_interrupts() -> None:
     client = ollama.Client(host="http://test", transport=httpx.MockTransport(respond))
     stream = client.chat(model="qwen3", messages=[{"role": "user", "content": "hi"}],
                          stream=True)
-    _, message, raised = ollama_run(stream)
-    assert isinstance(raised, httpx.ReadError)
+    result = ollama_run(stream)
+    message = result.message
+    assert isinstance(result.raised, httpx.ReadError)
     assert (message.status, message.text) == (Status.INTERRUPTED, "Hi")
     assert isinstance(message.error, TransportError)
 
@@ -344,20 +333,22 @@ async def test_an_unawaited_async_chat_is_refused_clearly() -> None:
 def test_gemini_malformed_json_fails_with_a_payload_error() -> None:
     good = json.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": "你好"}]},
                                        "index": 0}]})
-    chunks, message, raised = gemini_run(f"data: {good}\n\ndata: {{not json\n\n".encode())
-    assert isinstance(raised, genai_errors.UnknownApiResponseError)
-    assert (len(chunks), message.text, message.status) == (1, "你好", Status.FAILED)
+    result = gemini_run(f"data: {good}\n\ndata: {{not json\n\n".encode())
+    message = result.message
+    assert isinstance(result.raised, genai_errors.UnknownApiResponseError)
+    assert (len(result.received), message.text, message.status) == (1, "你好", Status.FAILED)
     assert isinstance(message.error, PayloadError)
-    assert message.error.__cause__ is raised
+    assert message.error.__cause__ is result.raised
 
 
 def test_ollama_malformed_json_fails_with_a_payload_error() -> None:
     good = json.dumps({"model": "m", "created_at": "2026-01-01T00:00:00Z",
                        "message": {"role": "assistant", "content": "你好"}, "done": False})
     client = ollama_client(f"{good}\n{{not json\n".encode())
-    parts, message, raised = ollama_run(
+    result = ollama_run(
         client.chat(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
-    assert isinstance(raised, json.JSONDecodeError)
-    assert (len(parts), message.text, message.status) == (1, "你好", Status.FAILED)
+    message = result.message
+    assert isinstance(result.raised, json.JSONDecodeError)
+    assert (len(result.received), message.text, message.status) == (1, "你好", Status.FAILED)
     assert isinstance(message.error, PayloadError)
-    assert message.error.__cause__ is raised
+    assert message.error.__cause__ is result.raised

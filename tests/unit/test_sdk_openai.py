@@ -8,6 +8,8 @@ from types import SimpleNamespace
 import httpx2
 import openai
 import pytest
+from tests.sdk_runs import ending
+from tests.unit.sdk_support import fixed_body
 from tests.unit.test_parse_bodies import DONE, chat, chat_body, responses_body, sse
 
 from unbroken.errors import ProviderError, TransportError
@@ -16,22 +18,8 @@ from unbroken.message import ToolCall
 from unbroken.sdk import AsyncTrackedStream, TrackedStream, from_openai
 
 
-def handler(body: bytes, *, broken: bool = False) -> httpx2.MockTransport:
-    def respond(request: httpx2.Request) -> httpx2.Response:
-        def chunks() -> Iterator[bytes]:
-            yield body
-            raise httpx2.ReadError("connection reset by peer")
-
-        headers = {"content-type": "text/event-stream"}
-        if not broken:
-            return httpx2.Response(200, headers=headers, content=body)
-        return httpx2.Response(200, headers=headers, content=chunks())
-
-    return httpx2.MockTransport(respond)
-
-
 def client(body: bytes, *, broken: bool = False) -> openai.OpenAI:
-    http = httpx2.Client(transport=handler(body, broken=broken))
+    http = httpx2.Client(transport=fixed_body(body, broken=broken))
     return openai.OpenAI(
         api_key="sk-test", base_url="http://test/v1", http_client=http, max_retries=0
     )
@@ -50,11 +38,7 @@ def test_chat_chunks_pass_through_unchanged_and_the_message_completes() -> None:
     assert [type(chunk).__name__ for chunk in seen] == ["ChatCompletionChunk"] * 3
     assert [chunk.choices[0].delta.content for chunk in seen] == ["Hel", "lo 世界", None]  # type: ignore[attr-defined]
     message = tracked.message
-    assert (message.status, message.finish_reason, message.raw_finish_reason) == (
-        Status.COMPLETED,
-        FinishReason.STOP,
-        "stop",
-    )
+    assert ending(message) == (Status.COMPLETED, FinishReason.STOP, "stop")
     assert (message.text, message.last_seq, message.id, message.model) == (
         "Hello 世界",
         3,
@@ -69,10 +53,7 @@ def test_chat_truncated_by_length() -> None:
     tracked = chat_stream(chat_body("Once upon", finish="length"))
     for _ in tracked:
         pass
-    assert (tracked.message.status, tracked.message.finish_reason) == (
-        Status.TRUNCATED,
-        FinishReason.LENGTH,
-    )
+    assert ending(tracked.message) == (Status.TRUNCATED, FinishReason.LENGTH, "length")
 
 
 def test_chat_tool_calls_are_assembled() -> None:
@@ -90,16 +71,10 @@ def test_chat_tool_calls_are_assembled() -> None:
     )
     tracked = chat_stream(body)
     assert len(list(tracked)) == 3
-    assert tracked.message.status is Status.COMPLETED
-    assert tracked.message.finish_reason is FinishReason.TOOL_CALLS
+    assert ending(tracked.message) == (Status.COMPLETED, FinishReason.TOOL_CALLS, "tool_calls")
     assert tracked.message.tool_calls == [
-        ToolCall(
-            index=0,
-            id="call_7",
-            name="lookup",
-            arguments='{"q": "unbroken"}',
-            value={"q": "unbroken"},
-        )
+        ToolCall(index=0, id="call_7", name="lookup", arguments='{"q": "unbroken"}',
+                 value={"q": "unbroken"})
     ]
 
 
@@ -174,11 +149,7 @@ def test_responses_events_complete_with_their_sequence_numbers() -> None:
         "response.completed",
     ]
     message = tracked.message
-    assert (message.status, message.finish_reason, message.raw_finish_reason) == (
-        Status.COMPLETED,
-        FinishReason.STOP,
-        "completed",
-    )
+    assert ending(message) == (Status.COMPLETED, FinishReason.STOP, "completed")
     assert (message.text, message.last_seq, message.seq_source, message.id) == (
         "Hello",
         3,
@@ -241,7 +212,7 @@ def test_an_api_error_in_a_responses_stream_uses_the_responses_dialect() -> None
 
 
 def async_client(body: bytes, *, broken: bool = False) -> openai.AsyncOpenAI:
-    http = httpx2.AsyncClient(transport=handler(body, broken=broken))
+    http = httpx2.AsyncClient(transport=fixed_body(body, broken=broken))
     return openai.AsyncOpenAI(
         api_key="sk-test", base_url="http://test/v1", http_client=http, max_retries=0
     )
