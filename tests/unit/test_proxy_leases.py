@@ -244,7 +244,7 @@ async def test_a_schema_2_file_keeps_its_frames_in_the_version_3_layout(tmp_path
     finally:
         await journal.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
     assert "frames_v2" not in tables and "frames_by_stream" in tables
     # Arrival order of the copy: by stream, then seq.
