@@ -10,6 +10,8 @@ Routes
 ``POST /v1/streams/{id}/cancel``           stop the generation (status ``cancelled``)
 ``GET  /v1/streams/{id}/events``           SSE with ids for any dialect; ``Last-Event-ID`` or
                                            ``?after=``; ``?token=`` for ``EventSource``
+``GET  /v1/streams/{id}/capture``          the stream as a capture file, each frame at its
+                                           receive time, for ``unbroken inspect`` (evidence.py)
 anything else                              forwarded to its provider's origin; the streaming
                                            endpoints are journaled and resumable
 =========================================  ==================================================
