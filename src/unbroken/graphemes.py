@@ -14,9 +14,11 @@ logic, not part of the sans-I/O core: the core commits code points exactly as th
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+
 import regex
 
-__all__ = ["GraphemeBuffer", "cluster_starts"]
+__all__ = ["GraphemeBuffer", "cluster_starts", "whole_clusters", "whole_clusters_async"]
 
 _CLUSTER = regex.compile(r"\X")
 
@@ -51,6 +53,42 @@ class GraphemeBuffer:
         """The held cluster, at the end of the text (nothing more can join it)."""
         held, self._held = self._held, ""
         return held
+
+
+def whole_clusters(texts: Iterator[str],
+                   failures: type[BaseException] | tuple[type[BaseException], ...] = Exception
+                   ) -> Iterator[str]:
+    """``texts`` re-cut between whole clusters. When ``texts`` raises one of ``failures``, the
+    held cluster still comes out first (the caller shows all that arrived), then the error."""
+    buffer = GraphemeBuffer()
+    try:
+        for text in texts:
+            if whole := buffer.push(text):
+                yield whole
+    except failures:
+        if held := buffer.flush():
+            yield held
+        raise
+    if held := buffer.flush():
+        yield held
+
+
+async def whole_clusters_async(
+    texts: AsyncIterator[str],
+    failures: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+) -> AsyncIterator[str]:
+    """The async twin of ``whole_clusters``."""
+    buffer = GraphemeBuffer()
+    try:
+        async for text in texts:
+            if whole := buffer.push(text):
+                yield whole
+    except failures:
+        if held := buffer.flush():
+            yield held
+        raise
+    if held := buffer.flush():
+        yield held
 
 
 def cluster_starts(text: str) -> list[int]:

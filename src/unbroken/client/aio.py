@@ -50,27 +50,20 @@ class AsyncStream:
             self._events = self._run()
         return self._events
 
-    async def iter_text(self, *, graphemes: bool = False) -> AsyncIterator[str]:
+    def iter_text(self, *, graphemes: bool = False) -> AsyncIterator[str]:
         """The text deltas; ``graphemes=True`` cuts only between whole user-perceived
         characters (see ``Stream.iter_text``)."""
+        texts = self._texts()
         if not graphemes:
-            async for event in self:
-                if event.__class__ is TextDelta:
-                    yield event.text
-            return
-        from ..graphemes import GraphemeBuffer  # regex: loaded only by those who ask
+            return texts
+        from ..graphemes import whole_clusters_async  # regex: loaded only by those who ask
 
-        buffer = GraphemeBuffer()
-        try:
-            async for event in self:
-                if event.__class__ is TextDelta and (whole := buffer.push(event.text)):
-                    yield whole
-        except StreamError:
-            if held := buffer.flush():
-                yield held
-            raise
-        if held := buffer.flush():
-            yield held
+        return whole_clusters_async(texts, StreamError)
+
+    async def _texts(self) -> AsyncIterator[str]:
+        async for event in self:
+            if event.__class__ is TextDelta:
+                yield event.text
 
     async def aclose(self) -> None:
         if self._events is not None:

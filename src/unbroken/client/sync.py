@@ -61,24 +61,12 @@ class Stream:
         user-perceived characters: a cluster a delta split (🧑🏿‍💻, 1️⃣, a flag) comes out whole,
         the last one once text after it or the end shows it complete (``unbroken.graphemes``).
         A held cluster still comes out before the stream's error is raised."""
+        texts = (event.text for event in self if event.__class__ is TextDelta)
         if not graphemes:
-            for event in self:
-                if event.__class__ is TextDelta:
-                    yield event.text
-            return
-        from ..graphemes import GraphemeBuffer  # regex: loaded only by those who ask
+            return texts
+        from ..graphemes import whole_clusters  # regex: loaded only by those who ask
 
-        buffer = GraphemeBuffer()
-        try:
-            for event in self:
-                if event.__class__ is TextDelta and (whole := buffer.push(event.text)):
-                    yield whole
-        except StreamError:
-            if held := buffer.flush():
-                yield held
-            raise
-        if held := buffer.flush():
-            yield held
+        return whole_clusters(texts, StreamError)
 
     def close(self) -> None:
         """Stop reading; a message not yet ended is ``cancelled``."""

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 from ..errors import PayloadError, StreamError, TransportError, UpstreamStatusError
+from ..events import TextDelta
 from ..framing import ServerSentEvent
 from ..jsonparse import dumps_compact
 from ..message import Message
@@ -104,6 +105,7 @@ class _Tracker:
         self._by_provider: bool | None = None  # the seq source, fixed by the first payload
         self._started = time.monotonic()
         self._last_t: float | None = None
+        self.texts: list[str] | None = None  # committed text deltas, kept for ``iter_text``
 
     def observe(self, obj: Any) -> None:
         payload = self.adapter.payload(obj)
@@ -124,7 +126,9 @@ class _Tracker:
         self._last_t = t
         kind = payload.get("type")
         frame = ServerSentEvent(event=kind if isinstance(kind, str) else "message")
-        self.message.commit(seq, dialect.events(frame, payload, seq), t)
+        events = dialect.events(frame, payload, seq)
+        if self.message.commit(seq, events, t) and self.texts is not None:
+            self.texts += [event.text for event in events if event.__class__ is TextDelta]
 
     def end(self) -> None:
         self.message.close()
@@ -170,6 +174,24 @@ class TrackedStream(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         return self._track()
+
+    def iter_text(self, *, graphemes: bool = False) -> Iterator[str]:
+        """The text the stream's objects carry, delta by delta, each once (it consumes the
+        objects). ``graphemes=True`` cuts only between whole user-perceived characters, as
+        ``unbroken.Stream.iter_text`` does; a held one comes out before the SDK's error."""
+        if not graphemes:
+            return self._texts()
+        from ..graphemes import whole_clusters  # regex: loaded only by those who ask
+
+        return whole_clusters(self._texts())
+
+    def _texts(self) -> Iterator[str]:
+        tracker = self._tracker
+        texts = tracker.texts = []
+        for _obj in self:
+            if texts:
+                yield from texts
+                texts.clear()
 
     def __next__(self) -> T:
         if self._own is None:
@@ -232,6 +254,23 @@ class AsyncTrackedStream(Generic[T]):
 
     def __aiter__(self) -> AsyncIterator[T]:
         return self._track()
+
+    def iter_text(self, *, graphemes: bool = False) -> AsyncIterator[str]:
+        """The text the stream's objects carry (see ``TrackedStream.iter_text``)."""
+        if not graphemes:
+            return self._texts()
+        from ..graphemes import whole_clusters_async  # regex: loaded only by those who ask
+
+        return whole_clusters_async(self._texts())
+
+    async def _texts(self) -> AsyncIterator[str]:
+        tracker = self._tracker
+        texts = tracker.texts = []
+        async for _obj in self:
+            if texts:
+                for text in texts:
+                    yield text
+                texts.clear()
 
     async def __anext__(self) -> T:
         if self._own is None:
