@@ -18,12 +18,14 @@ from .base import (
     StreamState,
     Tombstone,
 )
+from .listing import MAX_PAGE, StreamPage, StreamQuery
 from .live import LiveTail
 from .memory import MemoryJournal
 from .redis_streams import RedisJournal
 from .sqlite import SQLiteJournal
 
 __all__ = [
+    "MAX_PAGE",
     "FrameRecord",
     "Journal",
     "JournalObserver",
@@ -33,6 +35,8 @@ __all__ = [
     "RedisJournal",
     "SQLiteJournal",
     "StreamMeta",
+    "StreamPage",
+    "StreamQuery",
     "StreamRecord",
     "StreamState",
     "Tombstone",

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from ...finish import END_STATES, Status
+from .listing import DEFAULT_PAGE, StreamPage, StreamQuery, page_of, stream_query
 from .live import LiveTail
 
 __all__ = [
@@ -228,6 +229,11 @@ class Journal(ABC):
     async def _purge(self, older_than: float, keep: frozenset[str]) -> int: ...
 
     @abstractmethod
+    async def _list(self, query: StreamQuery) -> list[StreamRecord]:
+        """Up to ``query.limit + 1`` streams that ``query`` admits (without text), newest
+        first by ``(created, stream_id)``; their ``last_seq`` as ``get`` tells it."""
+
+    @abstractmethod
     async def unfinished(self) -> list[str]:
         """Ids of streams whose stored status is not an end state."""
 
@@ -248,6 +254,27 @@ class Journal(ABC):
         """Extend every lease ``owner`` holds on a stream not ended; how many."""
 
     # -- the interface the proxy uses ---------------------------------------------------------
+
+    async def list_streams(
+        self,
+        *,
+        status: Status | Iterable[Status] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        credential_hash: str | None = None,
+        limit: int = DEFAULT_PAGE,
+        cursor: str | None = None,
+    ) -> StreamPage:
+        """Stored streams newest first (``listing.py``): meta and state, no text, no frames.
+
+        ``status``: one or several; ``since`` (inclusive) and ``until`` (exclusive): creation
+        times in epoch seconds; ``credential_hash``: exactly the streams it created; ``limit``:
+        1 to ``MAX_PAGE``; ``cursor``: a page's ``next_cursor``, for the page after it (give
+        the same filters). ``ValueError`` for an argument out of range or a foreign cursor.
+        """
+        query = stream_query(status=status, since=since, until=until,
+                             credential_hash=credential_hash, limit=limit, cursor=cursor)
+        return page_of(await self._list(query), query)
 
     async def create(self, meta: StreamMeta, state: StreamState,
                      lease: Lease | None = None) -> LiveTail:

@@ -17,6 +17,7 @@ from .base import (
     StreamState,
     Tombstone,
 )
+from .listing import StreamQuery
 
 __all__ = ["MemoryJournal"]
 
@@ -70,14 +71,14 @@ class MemoryJournal(Journal):
 
     async def get(self, stream_id: str, *, with_text: bool = True) -> StreamRecord | None:
         stored = self._streams.get(stream_id)
-        if stored is None:
-            return None
-        text = "".join(frame.text for frame in stored.frames) if with_text else ""
-        # A live stream's state is rewritten lazily; its frames always know the last seq.
-        state = stored.state
-        if state.last_seq < len(stored.frames):
-            state = replace(state, last_seq=len(stored.frames))
-        return StreamRecord(meta=stored.meta, state=state, text=text)
+        return None if stored is None else _record(stored, with_text=with_text)
+
+    async def _list(self, query: StreamQuery) -> list[StreamRecord]:
+        admitted = [stored for stored in self._streams.values()
+                    if query.admits(stored.meta, stored.state)]
+        admitted.sort(key=lambda stored: (stored.meta.created, stored.meta.stream_id),
+                      reverse=True)
+        return [_record(stored, with_text=False) for stored in admitted[: query.limit + 1]]
 
     async def _purge(self, older_than: float, keep: frozenset[str]) -> int:
         gone = [
@@ -133,3 +134,12 @@ class MemoryJournal(Journal):
                 stored.lease = Lease(owner, expires)
                 renewed += 1
         return renewed
+
+
+def _record(stored: _Stored, *, with_text: bool) -> StreamRecord:
+    text = "".join(frame.text for frame in stored.frames) if with_text else ""
+    # A live stream's state is rewritten lazily; its frames always know the last seq.
+    state = stored.state
+    if state.last_seq < len(stored.frames):
+        state = replace(state, last_seq=len(stored.frames))
+    return StreamRecord(meta=stored.meta, state=state, text=text)

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ...finish import Status
-from .base import FrameRecord, StreamMeta, StreamState
+from .base import FrameRecord, StreamMeta, StreamRecord, StreamState
 
 __all__ = [
     "frame_from",
     "meta_from",
     "meta_json",
     "packed_appends",
+    "record_from",
     "refusal",
     "split_prefix",
     "state_from",
@@ -115,3 +117,12 @@ def state_json(state: StreamState) -> str:
 def state_from(data: dict[str, Any]) -> StreamState:
     data["status"] = Status(data["status"])
     return StreamState(**data)
+
+
+def record_from(meta: bytes, state: bytes, top: bytes, text: str = "") -> StreamRecord:
+    """A stream from its hash's ``meta``, ``state`` and ``top``: a live stream's stored state
+    is rewritten lazily, and ``top`` (its last frame's seq) always knows the last seq."""
+    stored = state_from(json.loads(state))
+    if stored.last_seq < int(top):
+        stored = replace(stored, last_seq=int(top))
+    return StreamRecord(meta=meta_from(json.loads(meta)), state=stored, text=text)

@@ -15,6 +15,8 @@ stream id in braces so that one stream's keys share a hash slot)::
     Punfinished        set of ids whose status is not an end state
     Pupdated           sorted set: id by its last update (retention)
     Ptombstones        sorted set: id by the time it was purged
+    Pcreated           sorted set: id by its creation time (listings, newest first)
+    Pcreated:<cred>    sorted set: the ids a credential (its hash) created, by creation time
     Pidem:<hash>       string: the newest stream created with that idempotency hash
     Powner:<owner>     set: ids whose lease ``owner`` holds
 """
@@ -26,8 +28,9 @@ from typing import Final
 __all__ = ["APPEND", "CLAIM", "CREATE", "PURGE", "PURGE_TOMBSTONES", "RELEASE", "RENEW",
            "SET_LEASE"]
 
-# KEYS: s, unfinished, updated, idem ('' for none), owner set ('' for none)
-# ARGV: id, meta, state, status, token, cred, owner, expires, updated, ended, idem hash
+# KEYS: s, unfinished, updated, idem ('' for none), owner set ('' for none), created,
+#       the credential's created ('' for none)
+# ARGV: id, meta, state, status, token, cred, owner, expires, updated, ended, idem hash, created
 CREATE: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.error_reply('EXISTS stream ' .. ARGV[1] .. ' exists')
@@ -36,6 +39,8 @@ redis.call('HSET', KEYS[1], 'meta', ARGV[2], 'state', ARGV[3], 'status', ARGV[4]
            'token', ARGV[5], 'cred', ARGV[6], 'owner', ARGV[7], 'expires', ARGV[8],
            'idem', ARGV[11])
 redis.call('ZADD', KEYS[3], ARGV[9], ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[12], ARGV[1])
+if KEYS[7] ~= '' then redis.call('ZADD', KEYS[7], ARGV[12], ARGV[1]) end
 if ARGV[10] == '0' then redis.call('SADD', KEYS[2], ARGV[1]) end
 if KEYS[4] ~= '' then redis.call('SET', KEYS[4], ARGV[1]) end
 if KEYS[5] ~= '' then redis.call('SADD', KEYS[5], ARGV[1]) end
@@ -140,7 +145,7 @@ end
 return results
 """
 
-# KEYS: s, f, e, x, t, unfinished, updated, tombstones
+# KEYS: s, f, e, x, t, unfinished, updated, tombstones, created
 # ARGV: id, now, prefix
 PURGE: Final = """
 local h = redis.call('HMGET', KEYS[1], 'token', 'cred', 'idem', 'owner')
@@ -150,6 +155,8 @@ redis.call('ZADD', KEYS[8], ARGV[2], ARGV[1])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 redis.call('SREM', KEYS[6], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('ZREM', KEYS[9], ARGV[1])
+if h[2] and h[2] ~= '' then redis.call('ZREM', ARGV[3] .. 'created:' .. h[2], ARGV[1]) end
 if h[3] and h[3] ~= '' then
   local idem = ARGV[3] .. 'idem:' .. h[3]
   if redis.call('GET', idem) == ARGV[1] then redis.call('DEL', idem) end

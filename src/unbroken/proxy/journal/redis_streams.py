@@ -15,6 +15,8 @@ after its ``Last-Event-ID``, then the live tail, with no upstream request.
   ``on_orphan`` (the proxy's recovery, which marks the stream interrupted with an error frame).
 - ``request_cancel`` publishes on a channel every replica listens to; the one producing the
   stream stops it (``on_cancel``), so the producer itself writes the cancelled end.
+- ``list_streams`` walks sorted sets of ids by creation time that ``CREATE`` and ``PURGE``
+  keep (``redis_listing.py``); streams created by a proxy older than them are not listed.
 
 Not for Redis Cluster: a lease renewal and a purge touch keys of many streams. Nothing secret is
 stored: credentials and tokens only as SHA-256 hashes; a password in the URL stays in memory.
@@ -24,11 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Sequence
-from dataclasses import replace
 from typing import Any, Final
 
 from ...finish import END_STATES
@@ -44,14 +44,15 @@ from .base import (
     StreamState,
     Tombstone,
 )
+from .listing import StreamQuery
+from .redis_listing import listed
 from .redis_records import (
     frame_from,
-    meta_from,
     meta_json,
     packed_appends,
+    record_from,
     refusal,
     split_prefix,
-    state_from,
     state_json,
 )
 
@@ -164,16 +165,19 @@ class RedisJournal(Journal):
         idem = "" if meta.idempotency_hash is None else self._global(
             "idem:" + meta.idempotency_hash)
         owners = "" if lease is None else self._global("owner:" + lease.owner)
+        created_by = "" if meta.credential_hash is None else self._global(
+            "created:" + meta.credential_hash)
         try:
             await self._eval("CREATE", [
                 self._key(stream_id, "s"), self._global("unfinished"), self._global("updated"),
-                idem, owners,
+                idem, owners, self._global("created"), created_by,
             ], [
                 stream_id, meta_json(meta), state_json(state), state.status.value,
                 meta.token_hash, meta.credential_hash or "",
                 "" if lease is None else lease.owner,
                 "" if lease is None else repr(lease.expires),
                 repr(state.updated), "1" if state.ended else "0", meta.idempotency_hash or "",
+                repr(meta.created),
             ])
         except Exception as error:
             raise refusal(error) from error
@@ -265,10 +269,8 @@ class RedisJournal(Journal):
         if meta is None:
             return None
         text = (replies[1] or b"").decode() if with_text else ""
-        stored = state_from(json.loads(state))
-        if stored.last_seq < int(top):
-            stored = replace(stored, last_seq=int(top))
-        return StreamRecord(meta=meta_from(json.loads(meta)), state=stored, text=text)
+        found: StreamRecord = record_from(meta, state, top, text)
+        return found
 
     async def tombstone(self, stream_id: str) -> Tombstone | None:
         token, cred = await self._redis.hmget(self._key(stream_id, "t"), "token", "cred")
@@ -280,6 +282,9 @@ class RedisJournal(Journal):
     async def unfinished(self) -> list[str]:
         members = await self._redis.smembers(self._global("unfinished"))
         return sorted(member.decode() for member in members)
+
+    async def _list(self, query: StreamQuery) -> list[StreamRecord]:
+        return await listed(self._redis, self.prefix, query)
 
     async def find_idempotent(self, idempotency_hash: str) -> StreamRecord | None:
         stream_id = await self._redis.get(self._global("idem:" + idempotency_hash))
@@ -318,7 +323,8 @@ class RedisJournal(Journal):
             if stream_id in keep:
                 continue
             keys = [self._key(stream_id, kind) for kind in "sfext"]
-            keys += [self._global(name) for name in ("unfinished", "updated", "tombstones")]
+            keys += [self._global(name)
+                     for name in ("unfinished", "updated", "tombstones", "created")]
             purged += await self._eval("PURGE", keys, [stream_id, repr(now), self.prefix])
         return purged
 

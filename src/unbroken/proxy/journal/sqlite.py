@@ -10,7 +10,7 @@ thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop:
 checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
 their own connection; in WAL mode readers never block the writer, nor it them.
 
-Schema (``PRAGMA user_version`` = 4; older files are upgraded in one transaction when opened;
+Schema (``PRAGMA user_version`` = 5; older files are upgraded in one transaction when opened;
 the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
 
     streams(stream_id PK, dialect, created, updated, status, finish_reason, raw_finish_reason,
@@ -21,6 +21,11 @@ the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
     frames(id INTEGER PRIMARY KEY, stream_id, seq, event, data BLOB, text,  -- arrival order
            at)                                  -- version 4: receive time, NULL = unknown
     UNIQUE INDEX frames_by_stream ON frames (stream_id, seq)                  -- version 3
+    INDEX streams_created (created, stream_id), streams_by_credential         -- version 5
+          (credential_hash, created, stream_id): listings, newest first
+
+``read_only=True`` opens an existing file only to read it (``unbroken streams``): no writer, no
+checkpointer, no upgrade, nothing created.
 """
 
 from __future__ import annotations
@@ -42,13 +47,16 @@ from .base import (
     StreamState,
     Tombstone,
 )
+from .listing import StreamQuery
 from .sqlite_schema import (
     INSERT_FRAMES,
     SCHEMA_VERSION,
     STREAM_COLUMNS,
     UPDATE_STATE,
     connect,
+    connect_existing,
     dumps,
+    listing_select,
     prepare,
     record_from_row,
     stream_row,
@@ -60,6 +68,8 @@ CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the ev
 COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window
 
 Write = Callable[[sqlite3.Connection], Any]
+
+
 class _Checkpointer(threading.Thread):
     """Moves the WAL into the database file every ``every`` seconds, off the event loop."""
 
@@ -117,9 +127,10 @@ class SQLiteJournal(Journal):
 
     def __init__(self, path: str, *, tail_frames: int = 256,
                  checkpoint_every: float = CHECKPOINT_EVERY,
-                 commit_window: float = COMMIT_WINDOW) -> None:
+                 commit_window: float = COMMIT_WINDOW, read_only: bool = False) -> None:
         super().__init__(tail_frames=tail_frames)
         self.path = path
+        self.read_only = read_only
         self.commits = 0  # transactions committed (for tests and benchmarks)
         self._checkpoint_every = checkpoint_every
         self._writer: sqlite3.Connection | None = None
@@ -131,6 +142,10 @@ class SQLiteJournal(Journal):
         self._written: dict[str, StreamState] = {}  # the state last written, per live stream
 
     async def open(self) -> None:
+        if self.read_only:
+            self._reader = connect_existing(self.path)
+            await super().open()
+            return
         prepare(self.path)
         self._writer = connect(self.path, read_only=False)
         self._reader = connect(self.path, read_only=True)
@@ -160,7 +175,8 @@ class SQLiteJournal(Journal):
         batch = self._batch
         if batch is None:
             if self._writer is None:
-                raise RuntimeError("the journal is not open")
+                raise RuntimeError("the journal is read-only" if self.read_only and self.is_open
+                                   else "the journal is not open")
             loop = asyncio.get_running_loop()
             batch = self._batch = _Batch(loop.create_future())
             # Right away after a quiet spell; under load at most one commit per window, so a
@@ -313,6 +329,16 @@ class SQLiteJournal(Journal):
         found: Tombstone | None = self._read(read)
         return found
 
+    async def _list(self, query: StreamQuery) -> list[StreamRecord]:
+        sql, params = listing_select(query)
+
+        def read(conn: sqlite3.Connection) -> list[StreamRecord]:
+            return [record_from_row(row[:-1], "", row[-1])
+                    for row in conn.execute(sql, params).fetchall()]
+
+        found: list[StreamRecord] = self._read(read)
+        return found
+
     async def unfinished(self) -> list[str]:
         ended = tuple(status.value for status in END_STATES)
 
@@ -325,7 +351,6 @@ class SQLiteJournal(Journal):
 
         result: list[str] = self._read(read)
         return result
-
 
     async def find_idempotent(self, idempotency_hash: str) -> StreamRecord | None:
         def read(conn: sqlite3.Connection) -> str | None:

@@ -7,18 +7,24 @@ table) with a unique index on ``(stream_id, seq)``: a group commit of N live str
 appends its rows to one end of the table and touches N small index pages, where the clustered
 ``WITHOUT ROWID`` table of versions 1 and 2 rewrote N full leaves (1.5-2x the cost per commit,
 ``benchmarks/README.md``). Version 4 adds each frame's receive time (``at``, epoch seconds;
-NULL for the frames of an upgraded file, read back as ``0.0``: unknown). ``prepare`` creates a
-file or upgrades it in place, in one transaction.
+NULL for the frames of an upgraded file, read back as ``0.0``: unknown). Version 5 adds the
+listing's indexes (``Journal.list_streams``, newest first): ``streams_created`` on ``(created,
+stream_id)`` and ``streams_by_credential`` on ``(credential_hash, created, stream_id)``, so that
+a page is a walk down one index (a status filter is checked on the rows walked). ``prepare``
+creates a file or upgrades it in place, in one transaction; ``connect_existing`` opens a file
+only to read it (the ``unbroken streams`` command: no file made, no upgrade).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 from typing import Any, Final
 
 from ...finish import Status
 from .base import Lease, StreamMeta, StreamRecord, StreamState
+from .listing import StreamQuery
 
 __all__ = [
     "INSERT_FRAMES",
@@ -26,14 +32,17 @@ __all__ = [
     "STREAM_COLUMNS",
     "UPDATE_STATE",
     "connect",
+    "connect_existing",
     "dumps",
+    "listing_select",
     "loads",
     "prepare",
     "record_from_row",
     "stream_row",
 ]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
+READABLE_FROM: Final = 4  # the oldest schema the read-only opening reads (frames with times)
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS streams (
     stream_id TEXT PRIMARY KEY,
@@ -74,6 +83,10 @@ CREATE INDEX IF NOT EXISTS streams_idempotency ON streams (idempotency_hash)
     WHERE idempotency_hash IS NOT NULL;
 CREATE INDEX IF NOT EXISTS streams_live_leases ON streams (lease_owner)
     WHERE status IN ('pending', 'streaming');
+-- version 5: listings, newest first (all streams; one credential's)
+CREATE INDEX IF NOT EXISTS streams_created ON streams (created, stream_id);
+CREATE INDEX IF NOT EXISTS streams_by_credential ON streams (credential_hash, created, stream_id)
+    WHERE credential_hash IS NOT NULL;
 -- purged streams, kept one more retention period: an owner's EventSource gets 204, not 404
 CREATE TABLE IF NOT EXISTS tombstones (
     stream_id TEXT PRIMARY KEY,
@@ -120,6 +133,55 @@ def connect(path: str, *, read_only: bool) -> sqlite3.Connection:
     else:
         conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it
     return conn
+
+
+def connect_existing(path: str) -> sqlite3.Connection:
+    """A read-only connection to an existing journal file of a schema this version reads;
+    ``FileNotFoundError`` or ``RuntimeError`` (with the reason) otherwise."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such journal file")
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True,
+                           isolation_level=None, check_same_thread=False, timeout=30.0)
+    try:
+        conn.execute("PRAGMA query_only=1")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except BaseException:
+        conn.close()
+        raise
+    if not READABLE_FROM <= version <= SCHEMA_VERSION:
+        conn.close()
+        raise RuntimeError(
+            f"{path}: journal schema {version}, this version reads {READABLE_FROM} to "
+            f"{SCHEMA_VERSION}" + (" (start this version's proxy on it once to upgrade it)"
+                                   if 0 < version < READABLE_FROM else ""))
+    return conn
+
+
+def listing_select(query: StreamQuery) -> tuple[str, list[Any]]:
+    """The ``SELECT`` of one listing page (``limit + 1`` rows: ``STREAM_COLUMNS``, then the
+    stream's highest frame seq), walking ``streams_by_credential`` or ``streams_created``."""
+    where: list[str] = []
+    params: list[Any] = []
+    if query.credential_hash is not None:
+        where.append("credential_hash = ?")
+        params.append(query.credential_hash)
+    if query.statuses:
+        where.append(f"status IN ({', '.join('?' * len(query.statuses))})")
+        params += sorted(status.value for status in query.statuses)
+    if query.since is not None:
+        where.append("created >= ?")
+        params.append(query.since)
+    if query.until is not None:
+        where.append("created < ?")
+        params.append(query.until)
+    if query.before is not None:
+        where.append("(created, stream_id) < (?, ?)")
+        params += query.before
+    sql = (f"SELECT {STREAM_COLUMNS}, (SELECT MAX(seq) FROM frames "
+           "WHERE frames.stream_id = streams.stream_id) FROM streams "
+           + ("WHERE " + " AND ".join(where) + " " if where else "")
+           + "ORDER BY created DESC, stream_id DESC LIMIT ?")
+    return sql, [*params, query.limit + 1]
 
 
 def dumps(value: Any) -> str | None:
