@@ -8,6 +8,10 @@ the rows are appended at one end of a rowid table and only the small index entri
 places. Both layouts get the same rows, the same pragmas (WAL, ``synchronous=NORMAL``) and the
 same statements; the figure is wall time per commit and per frame, and the ratio v2 / v3.
 
+``create`` alone: CPU per new stream, one at a time (each awaits its commit, as a quiet proxy
+does) and many in one turn (one group commit), with streams already in the store (its indexes,
+e.g. the listing's, are not empty).
+
 Then the journals as the proxy drives them: ``SQLiteJournal`` and ``RedisJournal`` (against a
 ``redis-server`` this script starts on 127.0.0.1, when the program is installed), each stream
 submitting in one turn of the event loop, one group commit per turn. For Redis the server's own
@@ -110,6 +114,36 @@ async def journal_cost(journal: Journal, streams: int, per: int, frames: int) ->
         await journal.close()
 
 
+async def create_cost(journal: Journal, existing: int, creates: int, together: int,
+                      redis_url: str | None = None) -> tuple[float, float]:
+    """CPU seconds per ``create`` in this process and in the Redis server at ``redis_url``
+    (0.0 without one), ``together`` creates per turn of the loop, after ``existing`` streams
+    were created (untimed)."""
+    await journal.open()
+    try:
+        def meta(n: int) -> StreamMeta:
+            return StreamMeta(stream_id=f"ub_{n:024x}", dialect="openai-chat",
+                              created=1.7e9 + n * 0.001, media_type="text/event-stream",
+                              token_hash="t" * 64, credential_hash=f"{n % 50:064x}",
+                              request_path="/v1/chat/completions")
+
+        state = StreamState(status=Status.PENDING, updated=time.time(), last_seq=0)
+        for start in range(0, existing, 50):
+            await asyncio.gather(*(journal.create(meta(n), state)
+                                   for n in range(start, min(existing, start + 50))))
+        server = 0.0 if redis_url is None else await redis_cpu(redis_url)
+        started = time.process_time()
+        for start in range(existing, existing + creates, together):
+            await asyncio.gather(*(journal.create(meta(n), state)
+                                   for n in range(start, start + together)))
+        ours = (time.process_time() - started) / creates
+        if redis_url is not None:
+            server = (await redis_cpu(redis_url) - server) / creates
+        return ours, server
+    finally:
+        await journal.close()
+
+
 @contextlib.contextmanager
 def redis_server(directory: Path) -> Iterator[str | None]:
     """A throwaway redis-server on 127.0.0.1 (no persistence); ``None`` without the program."""
@@ -190,6 +224,21 @@ def main() -> None:
                     ours, server = asyncio.run(redis_costs(url, streams, per, frames))
                     print(row + f"{ours * 1e6:>8.1f}{server * 1e6:>8.1f}"
                                 f"{(ours + server) * 1e6:>14.1f}")
+            creates = 400 if options.quick else 4_000
+            print(f"\ncreate: CPU us per new stream ({creates} creates after 10,000 streams; "
+                  "this process; Redis: its server too)")
+            print(f"{'per turn':>9}{'SQLite':>9}{'Redis':>8}{'server':>8}")
+            for together in (1, 50):
+                path = str(Path(tmp) / f"create-{together}.db")
+                sqlite_cost, _ = asyncio.run(create_cost(SQLiteJournal(path), 10_000, creates,
+                                                         together))
+                row = f"{together:>9}{sqlite_cost * 1e6:>9.1f}"
+                if url is None:
+                    print(row + "   (no redis-server installed)")
+                    continue
+                ours, server = asyncio.run(create_cost(
+                    RedisJournal(f"{url}?prefix=c{together}:"), 10_000, creates, together, url))
+                print(row + f"{ours * 1e6:>8.1f}{server * 1e6:>8.1f}")
 
 if __name__ == "__main__":
     main()
