@@ -22,13 +22,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"unbroken {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from . import capture, demo, inspect, replay, servers
+    from . import capture, demo, inspect, replay, servers, streams
 
     demo.add_parser(commands)
     capture.add_parser(commands)
     inspect.add_parser(commands)
     replay.add_parser(commands)
     servers.add_parsers(commands)
+    streams.add_parser(commands)
     return parser
 
 

@@ -47,6 +47,7 @@ from .journal_failures import JOURNAL_ERRORS, journal_failed
 from .launcher import Launcher, expired
 from .lease import LeaseKeeper, Recovery, reattachable, running_elsewhere
 from .limits import Refusal, body_refusal, read_body
+from .listing import list_own_streams
 from .logs import install_redaction, log_event
 from .metrics import CONTENT_TYPE, ProxyMetrics
 from .relay import not_found, relay, target, upstream_unreachable
@@ -368,6 +369,7 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/metrics", proxy.metrics_text, methods=["GET"]),
+        Route("/v1/streams", list_own_streams, methods=["GET"]),
         Route("/v1/streams/{stream_id}", proxy.stream_status, methods=["GET"]),
         Route("/v1/streams/{stream_id}/cancel", proxy.cancel, methods=["POST"]),
         Route("/v1/streams/{stream_id}/events", proxy.events, methods=["GET"]),
