@@ -103,8 +103,9 @@ def test_the_three_streams_ended_as_their_faults_say(journaled: Journaled) -> No
     assert (interrupted["status"], interrupted["finish_reason"], interrupted["text"]) == (
         "interrupted", None, "".join(reply_deltas(6, 4)[:2]))
     assert interrupted["last_seq"] == 4  # 3 upstream frames, then the proxy's error frame
-    assert (failed["status"], failed["finish_reason"], failed["last_seq"]) == (
-        "failed", None, 7)
+    # An error event in the stream: finish reason error, the provider's error type as raw.
+    assert (failed["status"], failed["finish_reason"], failed["raw_finish_reason"],
+            failed["last_seq"]) == ("failed", "error", "overloaded_error", 7)
     assert failed["error"] == {"type": "overloaded_error", "message": "Overloaded",
                                "retryable": True}
 
@@ -179,7 +180,7 @@ def test_the_table(journaled: Journaled, capsys: pytest.CaptureFixture[str],
     shown = f"{error['type']}: {error['message']}"
     shown = shown if len(shown) <= 60 else shown[:59] + "…"
     assert cells == [
-        [failed.stream_id, utc(failed), "anthropic", "failed", "", "7", "1",
+        [failed.stream_id, utc(failed), "anthropic", "failed", "error", "7", "1",
          "overloaded_error: Overloaded"],
         [interrupted.stream_id, utc(interrupted), "openai-chat", "interrupted", "", "4", "1",
          shown],

@@ -377,13 +377,15 @@ class Producer:
             if last is not None and now - last.updated < _PROGRESS_EVERY and key == self._key:
                 return last
             self._key = key
-        finish = message.finish
+        # The message's view, not its Finish alone: an error event in the stream is finish
+        # reason ``error`` with the provider's error type as the raw one (design.md).
+        reason = message.finish_reason
         state = StreamState(
             status=message.status if final else Status.STREAMING,
             updated=now,
             last_seq=self.seq,
-            finish_reason=None if finish is None else finish.reason.value,
-            raw_finish_reason=None if finish is None else finish.raw,
+            finish_reason=None if reason is None else reason.value,
+            raw_finish_reason=message.raw_finish_reason,
             usage=_usage(message.usage),
             error=_error(message.error),
             upstream_requests=self.upstream_requests,
