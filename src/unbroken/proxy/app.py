@@ -6,6 +6,7 @@ Routes
 ``GET  /healthz``                          200 once the journal is open and the client ready
                                            (503 before, and while draining on shutdown)
 ``GET  /metrics``                          Prometheus text: streams, frames, resumes, errors
+``GET  /v1/streams``                       the caller's own streams, newest first (listing.py)
 ``GET  /v1/streams/{id}``                  status, finish reason, text, last seq, usage, error
 ``POST /v1/streams/{id}/cancel``           stop the generation (status ``cancelled``)
 ``GET  /v1/streams/{id}/events``           SSE with ids for any dialect; ``Last-Event-ID`` or
