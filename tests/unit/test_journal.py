@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,25 +23,6 @@ from unbroken.proxy.journal import (
     journal_for,
 )
 from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
-    if request.param == "redis":
-        store: str = request.getfixturevalue("redis_url")
-    else:
-        store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'j.db'}"
-    opened = journal_for(store, tail_frames=4)
-    await opened.open()
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def meta(stream_id: str = "s1", created: float = 100.0) -> StreamMeta:

@@ -8,7 +8,6 @@ indexes (kept by ``CREATE`` and ``PURGE``) and what a Redis written by an older 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from unbroken.proxy.journal import (
     StreamMeta,
     StreamPage,
     StreamState,
-    journal_for,
 )
 from unbroken.proxy.journal.listing import stream_query
 from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION, listing_select
@@ -32,25 +30,6 @@ pytestmark = pytest.mark.anyio
 
 CRED_A = "a" * 64
 CRED_B = "b" * 64
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
-    if request.param == "redis":
-        store: str = request.getfixturevalue("redis_url")
-    else:
-        store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'j.db'}"
-    opened = journal_for(store, tail_frames=4)
-    await opened.open()
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def meta(stream_id: str, created: float, cred: str | None = CRED_A) -> StreamMeta:

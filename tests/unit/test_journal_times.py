@@ -4,7 +4,6 @@ SQLite file (with the upgrade of a schema 3 file) and a real redis-server."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from unbroken.proxy.journal import (
     SQLiteJournal,
     StreamMeta,
     StreamState,
-    journal_for,
 )
 from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION
 from unbroken.proxy.wire import error_frame
@@ -27,25 +25,6 @@ from unbroken.proxy.wire import error_frame
 pytestmark = pytest.mark.anyio
 
 T0 = 1_718_000_000.0
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
-    if request.param == "redis":
-        store: str = request.getfixturevalue("redis_url")
-    else:
-        store = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'j.db'}"
-    opened = journal_for(store, tail_frames=4)
-    await opened.open()
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def meta(stream_id: str = "s1") -> StreamMeta:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,34 +14,12 @@ from unbroken.proxy.journal import (
     FrameRecord,
     Journal,
     Lease,
-    MemoryJournal,
-    RedisJournal,
     SQLiteJournal,
     StreamMeta,
     StreamState,
 )
 from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION
 from unbroken.proxy.lease import REATTACHABLE, LeaseKeeper, Recovery, reattachable
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
-    opened: Journal
-    if request.param == "redis":
-        opened = RedisJournal(request.getfixturevalue("redis_url"))
-    else:
-        opened = MemoryJournal() if request.param == "memory" else SQLiteJournal(
-            str(tmp_path / "j.db"))
-    await opened.open()
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def _meta(stream_id: str, *, dialect: str = "anthropic", background: bool = False,
