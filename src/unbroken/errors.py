@@ -106,9 +106,9 @@ class PayloadError(ProtocolError):
     """A frame's payload cannot be used: malformed JSON, or a body in the wrong shape.
 
     ``line`` is the 1-based line (NDJSON) or frame number; ``offset`` the byte offset where the
-    frame starts in the stream. For an SSE frame whose JSON a dialect refused, the offset counts
-    the frames before it: blocks that carry no event (keep-alive comments) are not counted, so
-    it can be short by their bytes.
+    frame starts in the stream. For a frame whose payload a dialect refused, every byte of the
+    earlier reads is counted, but a block without an event (a keep-alive comment, the BOM)
+    that came in the same read before the frame is not: the offset is short by its bytes.
     """
 
     def __init__(

@@ -123,7 +123,7 @@ class StreamReceiver:
         self._head = bytearray()  # leading whitespace while the body's shape is unknown
         self._ndjson_tail: list[bytes] = []  # bytes after the last LF (NDJSON), for the evidence
         self._frames_seen = 0
-        self._offset = 0  # bytes of the frames so far
+        self._offset = 0  # where the next frame starts in this connection's body
         self._last_seq = -1  # the last seq assigned
         self._position = 0
         self._last_t: float | None = None
@@ -146,6 +146,9 @@ class StreamReceiver:
             self._head = bytearray()
         if decoder.__class__ is NDJSONDecoder:
             self._keep_ndjson_tail(data)
+        # Where this read's first frame starts: event-less blocks (keep-alives) in earlier reads
+        # are counted; one before a frame of this same read is not (the decoder drops it).
+        self._offset = decoder.bytes_dispatched
         try:
             found: list[Any] = decoder.receive_data(data)
         except (DecodingError, EventTooLargeError, PayloadError) as err:
@@ -163,6 +166,7 @@ class StreamReceiver:
             self.finished = True
             self.message.close()
             return []
+        self._offset = decoder.bytes_dispatched
         try:
             found: list[Any] = decoder.receive_eof()
             tail = decoder.unterminated

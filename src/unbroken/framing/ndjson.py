@@ -70,6 +70,11 @@ class NDJSONDecoder:
         return self._base + len(self._buf)
 
     @property
+    def bytes_dispatched(self) -> int:
+        """Bytes before the first one not yet in a returned line or a skipped blank one."""
+        return self._base
+
+    @property
     def unterminated(self) -> bytes:
         """Always empty: a final line without LF is still a value (evidence is in the trace)."""
         return b""

@@ -134,6 +134,12 @@ class SSEDecoder(NamedBlocks):
         """Every byte passed to ``receive_data`` so far, BOM included."""
         return self._base + len(self._buf) + len(self._head or b"")
 
+    @property
+    def bytes_dispatched(self) -> int:
+        """Bytes before the first one not yet in a returned event or a skipped block (BOM
+        included): where the next block starts."""
+        return self._base
+
     # -- input ----------------------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> list[ServerSentEvent]:
