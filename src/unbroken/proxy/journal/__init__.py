@@ -1,4 +1,5 @@
-"""The proxy's journal: one interface (``Journal``), a memory and a SQLite implementation.
+"""The proxy's journal: one interface (``Journal``, ``base.py``), its record values
+(``records.py``), and a memory, a SQLite and a Redis implementation.
 
 ``journal_for(store)`` builds one from a store URL: ``memory://``, ``sqlite:///path.db``
 (``sqlite:////abs/path.db`` for an absolute path; a relative path is from the working directory),
@@ -8,19 +9,11 @@ or ``redis://host:6379/0`` / ``rediss://...`` (``RedisJournal``, shared by repli
 
 from __future__ import annotations
 
-from .base import (
-    FrameRecord,
-    Journal,
-    JournalObserver,
-    Lease,
-    StreamMeta,
-    StreamRecord,
-    StreamState,
-    Tombstone,
-)
+from .base import Journal, JournalObserver
 from .listing import MAX_PAGE, StreamPage, StreamQuery
 from .live import LiveTail
 from .memory import MemoryJournal
+from .records import FrameRecord, Lease, StreamMeta, StreamRecord, StreamState, Tombstone
 from .redis_streams import RedisJournal
 from .sqlite import SQLiteJournal
 

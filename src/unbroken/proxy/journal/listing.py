@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Final
 
 from ...finish import Status
 
-if TYPE_CHECKING:  # base.py imports this module
-    from .base import StreamMeta, StreamRecord, StreamState
+if TYPE_CHECKING:
+    from .records import StreamMeta, StreamRecord, StreamState
 
 __all__ = [
     "DEFAULT_PAGE",

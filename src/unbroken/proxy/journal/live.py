@@ -14,7 +14,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .base import FrameRecord
+    from .records import FrameRecord
 
 __all__ = ["LiveTail"]
 

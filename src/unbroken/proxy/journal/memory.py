@@ -8,16 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ...finish import END_STATES
-from .base import (
-    FrameRecord,
-    Journal,
-    Lease,
-    StreamMeta,
-    StreamRecord,
-    StreamState,
-    Tombstone,
-)
+from .base import Journal
 from .listing import StreamQuery
+from .records import FrameRecord, Lease, StreamMeta, StreamRecord, StreamState, Tombstone
 
 __all__ = ["MemoryJournal"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .base import StreamRecord
 from .listing import StreamQuery
+from .records import StreamRecord
 from .redis_records import record_from
 
 __all__ = ["STATUS_BATCH", "listed"]

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ...finish import Status
-from .base import FrameRecord, StreamMeta, StreamRecord, StreamState
+from .records import FrameRecord, StreamMeta, StreamRecord, StreamState
 
 __all__ = [
     "frame_from",

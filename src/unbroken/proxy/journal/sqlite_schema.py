@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from ...finish import Status
-from .base import Lease, StreamMeta, StreamRecord, StreamState
 from .listing import StreamQuery
+from .records import Lease, StreamMeta, StreamRecord, StreamState
 
 __all__ = [
     "INSERT_FRAMES",
