@@ -9,6 +9,9 @@ the first frame, design.md "Sequence numbers"), the dialect turns it into events
 commits them whole or not at all. A decoding error, an oversized event or a malformed payload ends
 the message ``failed`` with that error; frames completed before it are committed first. After
 that, or after EOF, the receiver takes no more data (``LocalProtocolError``).
+
+Apart, in their own modules: recognising an unbroken proxy's unnumbered notice
+(``proxy_notice``) and the evidence an unterminated tail leaves at EOF (``tail_evidence``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from .events import (
 )
 from .framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from .message import Message
-from .trace import DEFAULT_RAW_BUDGET, ERROR, IGNORED
+from .proxy_notice import is_gemini_notice, proxy_notice
+from .tail_evidence import keep_last_line, note_unterminated_tail
+from .trace import DEFAULT_RAW_BUDGET, ERROR
 
 __all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "Frame", "StreamReceiver"]
 
@@ -145,7 +150,7 @@ class StreamReceiver:
             data = bytes(self._head)
             self._head = bytearray()
         if decoder.__class__ is NDJSONDecoder:
-            self._keep_ndjson_tail(data)
+            self._ndjson_tail = keep_last_line(self._ndjson_tail, data)
         # Where this read's first frame starts: event-less blocks (keep-alives) in earlier reads
         # are counted; one before a frame of this same read is not (the decoder drops it).
         self._offset = decoder.bytes_dispatched
@@ -177,7 +182,7 @@ class StreamReceiver:
             tail = b"".join(self._ndjson_tail).strip(_WHITESPACE)
         frames = self._frames(found, t)
         if not self.finished:
-            self._note_tail(tail)
+            note_unterminated_tail(self.message, tail)
             self.finished = True
             self.message.close()
         return frames
@@ -248,13 +253,13 @@ class StreamReceiver:
             if block_id is None and is_sse and (source == "proxy" or (
                 # A Gemini POST may carry no ids at all: there the proxy marks its notice.
                 self.proxy_stream is not None and (
-                    _gemini_notice(payload) if dialect.name == "gemini" else source is None)
+                    is_gemini_notice(payload) if dialect.name == "gemini" else source is None)
             )):
                 # Every frame an unbroken proxy journals carries its id; one without is the
                 # proxy's own notice that this response ends before the stream did.
-                notice = self._proxy_notice(dialect, sse, payload, t)
+                notice = proxy_notice(self.message, dialect, sse, payload, t, self._last_seq + 1)
                 if notice is not None:
-                    append(notice)
+                    append(_new_frame(Frame, (-1, None, sse.nbytes, t, notice, False, sse)))
                     offset += sse.nbytes
                     continue
             if source == "position":
@@ -273,24 +278,6 @@ class StreamReceiver:
             offset += nbytes
         self._frames_seen, self._offset, self._position = seen, offset, position
         return frames
-
-    def _proxy_notice(self, dialect: Any, sse: ServerSentEvent, payload: Any,
-                      t: float) -> Frame | None:
-        """An unnumbered error frame of an unbroken proxy (``stream_incomplete``, or a stream
-        whose producer stopped and that its owner may continue): not a frame of the stream,
-        so it is not committed (it takes no seq, fails nothing) and the message ends
-        ``interrupted`` at the body's end, to be resumed with ``Last-Event-ID``. Any other
-        unnumbered frame: ``None``, numbered as the one after the last."""
-        events: list[Event] = dialect.events(sse, payload, self._last_seq + 1)
-        error = next((e for e in events if e.__class__ is ErrorEvent), None)
-        if error is None:
-            return None
-        message = self.message
-        message.warn("proxy_notice", f"the proxy ended this response early: "
-                                     f"{error.type}: {error.message}")
-        if message.trace.enabled:
-            message.trace.record(-1, None, sse.nbytes, t, events, IGNORED, sse.raw)
-        return _new_frame(Frame, (-1, None, sse.nbytes, t, events, False, sse))
 
     def _first_seq(self, block_id: str | None, payload: Any) -> int:
         """Fix the stream's seq source from its first frame, then number that frame."""
@@ -374,29 +361,6 @@ class StreamReceiver:
 
     # -- endings ------------------------------------------------------------------------------
 
-    def _keep_ndjson_tail(self, data: bytes) -> None:
-        cut = data.rfind(b"\n")
-        if cut >= 0:
-            self._ndjson_tail = [data[cut + 1 :]]
-        else:
-            self._ndjson_tail.append(data)
-
-    def _note_tail(self, tail: bytes) -> None:
-        if not tail:
-            return
-        self.message.warn(
-            "unterminated_tail", f"{len(tail)} bytes after the last complete frame: {tail[:80]!r}"
-        )
-        try:
-            tail.decode("utf-8")
-        except UnicodeDecodeError as bad:
-            if bad.end == len(tail) and bad.reason == "unexpected end of data":
-                self.message.warn(
-                    "truncated_utf8",
-                    f"the body ended inside a UTF-8 character ({len(tail) - bad.start} of its "
-                    "bytes arrived)",
-                )
-
     def _fail_frame(self, err: PayloadError, frame: Any, t: float) -> None:
         err.line = frame.line if isinstance(frame, JSONLine) else self._frames_seen
         err.offset = self._offset
@@ -410,17 +374,6 @@ class StreamReceiver:
     def _fail(self, err: StreamError) -> None:
         self.finished = True
         self.message.close(err)
-
-
-def _gemini_notice(payload: Any) -> bool:
-    """A Gemini error payload an unbroken proxy marked as its notice: a ``google.rpc.ErrorInfo``
-    detail of domain ``unbroken``, reason ``STREAM_INCOMPLETE`` (never journaled, so never a
-    frame of the stream)."""
-    error = payload.get("error") if payload.__class__ is dict else None
-    details = error.get("details") if error.__class__ is dict else None
-    return details.__class__ is list and any(
-        detail.__class__ is dict and detail.get("domain") == "unbroken"
-        and detail.get("reason") == "STREAM_INCOMPLETE" for detail in details)
 
 
 # Dialects whose protocol has no end marker after the finish reason.

@@ -37,7 +37,9 @@ OPTIONAL = [
     "unbroken.jsonparse",
     "unbroken.message",
     "unbroken.parsing",
+    "unbroken.proxy_notice",
     "unbroken.receiver",
+    "unbroken.tail_evidence",
     "unbroken.trace",
     "unbroken.transitions",
 ]
