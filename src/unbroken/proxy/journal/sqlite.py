@@ -8,7 +8,9 @@ the hot path: with the GIL, a hop to a writer thread and back costs more than th
 ``synchronous=NORMAL`` in WAL mode is a ``write()`` to the log and no ``fsync``. The one slow
 thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop: automatic
 checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
-their own connection; in WAL mode readers never block the writer, nor it them.
+their own connection; in WAL mode readers never block the writer, nor it them. The batch of one
+group commit (``GroupCommit``) and the checkpoint thread (``Checkpointer``) are in
+``sqlite_commit.py``; when a commit runs, and whom it wakes, is decided here.
 
 Schema (``PRAGMA user_version`` = 5; older files are upgraded in one transaction when opened;
 the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
@@ -32,27 +34,18 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ...finish import END_STATES
-from .base import (
-    FrameRecord,
-    Journal,
-    Lease,
-    StreamMeta,
-    StreamRecord,
-    StreamState,
-    Tombstone,
-)
+from .base import Journal
 from .listing import StreamQuery
+from .records import FrameRecord, Lease, StreamMeta, StreamRecord, StreamState, Tombstone
+from .sqlite_commit import Checkpointer, GroupCommit, Write
 from .sqlite_schema import (
-    INSERT_FRAMES,
     SCHEMA_VERSION,
     STREAM_COLUMNS,
-    UPDATE_STATE,
     connect,
     connect_existing,
     dumps,
@@ -66,60 +59,6 @@ __all__ = ["SCHEMA_VERSION", "SQLiteJournal"]
 
 CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the event loop)
 COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window
-
-Write = Callable[[sqlite3.Connection], Any]
-
-
-class _Checkpointer(threading.Thread):
-    """Moves the WAL into the database file every ``every`` seconds, off the event loop."""
-
-    def __init__(self, path: str, every: float) -> None:
-        super().__init__(name="unbroken-journal-checkpoint", daemon=True)
-        self._path = path
-        self._every = every
-        self._stopping = threading.Event()
-
-    def run(self) -> None:
-        conn = connect(self._path, read_only=False)
-        try:
-            while not self._stopping.wait(self._every):
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        finally:
-            conn.close()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.join()
-
-
-class _Batch:
-    """Everything queued for one group commit, and the one future its writers await."""
-
-    __slots__ = ("appends", "future", "rows", "updates", "writes")
-
-    def __init__(self, future: asyncio.Future[Any]) -> None:
-        self.future = future
-        self.writes: list[Write] = []  # creates and purges, in order, before the frames
-        self.rows: list[tuple[Any, ...]] = []  # frame rows of every append
-        self.updates: list[tuple[Any, ...]] = []  # stream rows to rewrite
-        self.appends: list[tuple[str, Sequence[FrameRecord], StreamState]] = []
-
-    def commit(self, conn: sqlite3.Connection) -> list[Any]:
-        """One transaction for the whole batch: all of it lands, or none (it is rolled back)."""
-        conn.execute("BEGIN")
-        try:
-            results = [write(conn) for write in self.writes]
-            if self.rows:
-                conn.executemany(INSERT_FRAMES, self.rows)
-            if self.updates:
-                updated = conn.executemany(UPDATE_STATE, self.updates).rowcount
-                if updated != len(self.updates):
-                    raise KeyError("an append names a stream that does not exist")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return results
 
 
 class SQLiteJournal(Journal):
@@ -135,8 +74,8 @@ class SQLiteJournal(Journal):
         self._checkpoint_every = checkpoint_every
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
-        self._checkpointer: _Checkpointer | None = None
-        self._batch: _Batch | None = None  # what the next group commit holds
+        self._checkpointer: Checkpointer | None = None
+        self._batch: GroupCommit | None = None  # what the next group commit holds
         self._commit_window = commit_window
         self._last_flush = float("-inf")
         self._written: dict[str, StreamState] = {}  # the state last written, per live stream
@@ -149,7 +88,7 @@ class SQLiteJournal(Journal):
         prepare(self.path)
         self._writer = connect(self.path, read_only=False)
         self._reader = connect(self.path, read_only=True)
-        self._checkpointer = _Checkpointer(self.path, self._checkpoint_every)
+        self._checkpointer = Checkpointer(self.path, self._checkpoint_every)
         self._checkpointer.start()
         await super().open()
 
@@ -170,7 +109,7 @@ class SQLiteJournal(Journal):
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _next_batch(self) -> _Batch:
+    def _next_batch(self) -> GroupCommit:
         """The batch the next group commit holds; the first write of a turn schedules it."""
         batch = self._batch
         if batch is None:
@@ -178,7 +117,7 @@ class SQLiteJournal(Journal):
                 raise RuntimeError("the journal is read-only" if self.read_only and self.is_open
                                    else "the journal is not open")
             loop = asyncio.get_running_loop()
-            batch = self._batch = _Batch(loop.create_future())
+            batch = self._batch = GroupCommit(loop.create_future())
             # Right away after a quiet spell; under load at most one commit per window, so a
             # busy proxy makes few large transactions instead of one per frame.
             due = self._last_flush + self._commit_window
