@@ -11,8 +11,9 @@ after its ``Last-Event-ID``, then the live tail, with no upstream request.
 - A stream produced in this process is followed through its in-process ``LiveTail`` as in the
   other journals. Another process's stream is followed with ``XREAD BLOCK`` on its frames and on
   its ends stream: woken by Redis itself when frames or the end land, never by sleep-polling.
-- A reader idle for a while checks the stream's producer lease; an expired one is handed to
+  A reader idle for a while checks the stream's producer lease; an expired one is handed to
   ``on_orphan`` (the proxy's recovery, which marks the stream interrupted with an error frame).
+  Both live in ``redis_follow.py`` (``RedisFollow``, which ``RedisJournal`` inherits).
 - ``request_cancel`` publishes on a channel every replica listens to; the one producing the
   stream stops it (``on_cancel``), so the producer itself writes the cancelled end.
 - ``list_streams`` walks sorted sets of ids by creation time that ``CREATE`` and ``PURGE``
@@ -28,16 +29,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
-from ...finish import END_STATES
 from ..logs import log_event
 from . import redis_scripts
 from .base import (
-    FOLLOW_BATCH,
     FrameRecord,
-    Journal,
     Lease,
     StreamMeta,
     StreamRecord,
@@ -45,6 +43,7 @@ from .base import (
     Tombstone,
 )
 from .listing import StreamQuery
+from .redis_follow import ORPHAN_CHECK, RedisFollow
 from .redis_listing import listed
 from .redis_records import (
     frame_from,
@@ -58,13 +57,10 @@ from .redis_records import (
 
 __all__ = ["ORPHAN_CHECK", "PING_TIMEOUT", "RedisJournal"]
 
-ORPHAN_CHECK: Final = 5.0  # seconds a blocked reader waits before it looks at the lease
 PING_TIMEOUT: Final = 2.0  # seconds ``problem()`` waits for Redis
-_ENDED: Final = frozenset(status.value for status in END_STATES)
-log = logging.getLogger("unbroken.proxy")
 
 
-class RedisJournal(Journal):
+class RedisJournal(RedisFollow):
     """Streams and frames in one Redis; any number of proxy processes may share it."""
 
     follows_other_processes = True
@@ -354,85 +350,3 @@ class RedisJournal(Journal):
         """Ask every replica to stop the stream's producer; whether any replica listens."""
         receivers: int = await self._redis.publish(self._channel, stream_id)
         return receivers > 0
-
-    async def follow(
-        self, stream_id: str, after: int, *, keepalive: float | None = None
-    ) -> AsyncGenerator[list[FrameRecord], None]:
-        """As ``Journal.follow``; a stream produced in another process is followed in Redis."""
-        # aclosing: a reader that leaves early closes the inner generator at once (its
-        # ``finally`` detaches from the live tail), not whenever it is garbage-collected.
-        inner = (super().follow(stream_id, after, keepalive=keepalive)
-                 if self._tails.get(stream_id) is not None
-                 else self._follow_shared(stream_id, after, keepalive))
-        async with contextlib.aclosing(inner):
-            async for batch in inner:
-                yield batch
-
-    async def _follow_shared(
-        self, stream_id: str, after: int, keepalive: float | None
-    ) -> AsyncGenerator[list[FrameRecord], None]:
-        frames_key, ends_key = self._key(stream_id, "f"), self._key(stream_id, "e")
-        async with self._redis.pipeline(transaction=True) as pipe:  # one snapshot of both
-            pipe.hget(self._key(stream_id, "s"), "status")
-            pipe.xrevrange(ends_key, "+", "-", count=1)
-            status, last_end = await pipe.execute()
-        if status is None:
-            return
-        ended = status.decode() in _ENDED
-        end_mark = last_end[0][0] if last_end else b"0-0"
-        cursor = after
-        clock = asyncio.get_running_loop().time
-        quiet_since = clock()
-        while True:
-            frames = await self.read_after(stream_id, cursor, FOLLOW_BATCH)
-            if frames:
-                yield frames
-                if ended and len(frames) < FOLLOW_BATCH:
-                    return  # an ended stream's last frames: nothing more to read
-                cursor = frames[-1].seq
-                quiet_since = clock()
-                continue
-            if ended:
-                return
-            wait = ORPHAN_CHECK if keepalive is None else max(
-                0.001, min(ORPHAN_CHECK, keepalive - (clock() - quiet_since)))
-            replies = await self._redis.xread(
-                {frames_key: f"0-{cursor}", ends_key: end_mark},
-                count=FOLLOW_BATCH, block=max(1, round(wait * 1000)))
-            if not replies:
-                if keepalive is not None and clock() - quiet_since >= keepalive:
-                    yield []
-                    quiet_since = clock()
-                ended = await self._check_producer(stream_id)
-                continue
-            for key, entries in replies:
-                if bytes(key).endswith(b":e"):
-                    end_mark = entries[-1][0]
-                    ended = await self._ended(stream_id)
-                elif entries:
-                    batch = [frame_from(entry) for entry in entries]
-                    yield batch
-                    cursor = batch[-1].seq
-                    quiet_since = clock()
-
-    async def _ended(self, stream_id: str) -> bool:
-        status = await self._redis.hget(self._key(stream_id, "s"), "status")
-        return status is None or status.decode() in _ENDED
-
-    async def _check_producer(self, stream_id: str) -> bool:
-        """A reader waiting on another process's stream: whether the stream has ended (or is
-        gone); if its producer's lease ran out, hand it to ``on_orphan`` first (which writes
-        the end the readers then get)."""
-        status, owner, expires = await self._redis.hmget(
-            self._key(stream_id, "s"), "status", "owner", "expires")
-        if status is None or status.decode() in _ENDED:
-            return True
-        handler = self.on_orphan
-        if handler is not None and owner and float(expires) <= time.time():
-            try:
-                outcome: Awaitable[object] = handler(stream_id)
-                await outcome
-            except Exception:  # the reader goes on; the next idle round looks again
-                log.exception("stream %s: settling a stream without a producer failed",
-                              stream_id)
-        return False
