@@ -10,7 +10,8 @@ comments are not frames).
 When the upstream breaks before a finish reason, a Responses background stream is continued
 upstream (``GET /v1/responses/{id}?stream=true&starting_after=N``, frames deduplicated by
 ``sequence_number``) so readers see one seamless stream. Otherwise, and after a cancel or a
-malformed body, the stream ends with one synthetic frame in the dialect's error format.
+malformed body, the stream ends with one synthetic frame in the dialect's error format (which
+one, and the usage and error its state journals: ``stream_outcome.py``).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from typing import Any
 
 import httpx2
 
-from ..errors import IdleTimeout, ProviderError, StreamError, TransportError
+from ..errors import IdleTimeout, StreamError, TransportError
 from ..events import TextDelta
 from ..finish import Status
 from ..receiver import Frame, StreamReceiver
 from .config import ProxyConfig
 from .journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
 from .logs import log_event
+from .stream_outcome import closing_error, error_fields, usage_fields
 from .wire import error_frame
 
 __all__ = ["Producer", "UpstreamRequest"]
@@ -335,26 +337,8 @@ class Producer:
             receiver.close(error, cancelled=cancelled)
         message = receiver.message
         status = message.status
-        last: list[FrameRecord] = []
-        if status is Status.INTERRUPTED and self._stop_reason not in (None, "cancelled"):
-            last.append(self._error_frame(
-                "proxy_shutdown",
-                "unbroken proxy: the proxy shut down before the stream finished",
-            ))
-        elif status is Status.INTERRUPTED:
-            detail = f" ({message.error})" if message.error is not None else ""
-            last.append(self._error_frame(
-                "upstream_interrupted",
-                f"unbroken proxy: the upstream stream broke before it finished{detail}",
-            ))
-        elif status is Status.CANCELLED:
-            last.append(self._error_frame("stream_cancelled",
-                                          "unbroken proxy: the stream was cancelled"))
-        elif status is Status.FAILED and not isinstance(message.error, ProviderError):
-            last.append(self._error_frame(
-                "upstream_malformed",
-                f"unbroken proxy: the upstream stream was malformed ({message.error})",
-            ))
+        closing = closing_error(message, self._stop_reason)
+        last = [] if closing is None else [self._error_frame(*closing)]
         await self._journal.append(self.stream_id, last, self._state(final=True))
         log_event("stream.end", stream_id=self.stream_id, seq=self.seq, status=status.value,
                   upstream_requests=self.upstream_requests,
@@ -386,28 +370,11 @@ class Producer:
             last_seq=self.seq,
             finish_reason=None if reason is None else reason.value,
             raw_finish_reason=message.raw_finish_reason,
-            usage=_usage(message.usage),
-            error=_error(message.error),
+            usage=usage_fields(message.usage),
+            error=error_fields(message.error),
             upstream_requests=self.upstream_requests,
             provider_id=message.id,
         )
         if not final:
             self._progress = state
         return state
-
-
-def _usage(usage: Any) -> dict[str, Any] | None:
-    if usage is None:
-        return None
-    fields = ("input_tokens", "output_tokens", "total_tokens", "reasoning_tokens",
-              "cached_tokens")
-    return {name: getattr(usage, name) for name in fields if getattr(usage, name) is not None}
-
-
-def _error(error: StreamError | None) -> dict[str, Any] | None:
-    if error is None:
-        return None
-    if isinstance(error, ProviderError):
-        event = error.event
-        return {"type": event.type, "message": event.message, "retryable": event.retryable}
-    return {"type": type(error).__name__, "message": str(error)}
