@@ -4,7 +4,8 @@ A driver is a small loop: ask ``next_request()``, send it, pass the status and h
 ``on_response()``, say ``reading()`` before each read and pass every read to ``receive()``, the
 end of the body (clean, broken, or abandoned at a deadline) to ``on_eof()``, and any failure to
 ``on_failure()``, which answers with a delay before the next attempt or None to stop. The
-session reads no clock and does no I/O: drivers pass ``now`` in.
+session reads no clock and does no I/O: drivers pass ``now`` in. The deadlines' own times
+(when each counts from, which is due next) are kept by ``DeadlineTimes`` in deadline_times.py.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..framing import ServerSentEvent
 from ..message import Message
 from ..receiver import StreamReceiver
 from .capture import CANCELLED, CaptureWriter, ConnectionKind
+from .deadline_times import DeadlineTimes
 from .policy import (
     RESUME_MODES,
     Deadlines,
@@ -94,10 +96,7 @@ class StreamSession:
         self.done = False
         self._rng = rng or random.Random()
         self._kind: ConnectionKind = "first"
-        self._attempt_started = started
-        self._connection_started = started
-        self._last_content: float | None = None
-        self._read_end: float | None = None  # when the last read was taken in (see reading())
+        self._times = DeadlineTimes(deadlines, started)
         self._visible = False  # a content delta reached the caller: no more fresh attempts
         self._server_delay: float | None = None
         self._stream_id: str | None = None  # Unbroken-Stream-Id response header
@@ -114,7 +113,7 @@ class StreamSession:
 
     def next_request(self, now: float) -> Request:
         self.connections += 1
-        self._attempt_started = self._connection_started = now
+        self._times.connecting(now)
         self._seq_at_connect = self.message.last_seq
         headers = dict(self.headers)
         kind = self._kind
@@ -133,34 +132,20 @@ class StreamSession:
         Content deadlines are checked exactly after every read; a connection that sends no bytes
         at all is cut by this socket deadline.
         """
-        parts = [d for d in (self.deadlines.first_event, self.deadlines.idle) if d is not None]
-        timeout = max(parts) if parts else None
-        if self.deadlines.total is not None:
-            total = self.deadlines.total
-            timeout = total if timeout is None else min(timeout, total)
-        return timeout
+        return self._times.socket_read_timeout()
 
     def time_left(self, now: float) -> float | None:
         """Seconds until the nearest deadline (async driver), or None when none applies."""
-        due = self._due()
-        return None if due is None else max(0.0, due[0] - now)
+        return self._times.time_left(now)
 
     def reading(self, now: float) -> None:
-        """The driver is about to wait for bytes. The time the caller spent since the last read
-        is not the server's silence: the content deadlines (not the total one) move by it."""
-        end = self._read_end
-        if end is not None and now > end:
-            paused = now - end
-            self._attempt_started += paused
-            self._connection_started += paused
-            if self._last_content is not None:
-                self._last_content += paused
-        self._read_end = None
+        """The driver is about to wait for bytes: the caller's pause since the last read moves
+        the content deadlines (see ``DeadlineTimes.reading``)."""
+        self._times.reading(now)
 
     def next_deadline(self) -> float | None:
         """When the nearest deadline passes (the sync driver's read watchdog), or None."""
-        due = self._due()
-        return None if due is None else due[0]
+        return self._times.next_deadline()
 
     # -- responses ----------------------------------------------------------------------------
 
@@ -201,9 +186,10 @@ class StreamSession:
         if self.capture is not None:
             self.capture.read(now - self.started, data)
         out: list[Event] = []
+        times = self._times
         for frame in self.receiver.receive_data(data, now - self.started):
             if frame.is_content:
-                self._last_content = now
+                times.last_content = now
             if not frame.committed:
                 continue
             sse = frame.sse
@@ -222,19 +208,17 @@ class StreamSession:
                     raise ProviderError(event)  # type: ignore[arg-type]
                 out.append(event)
         if not self.receiver.finished:
-            self.check_deadlines(now)
-        self._read_end = now
+            times.check(now)
+        times.read_end = now
         return out
 
     def overdue(self) -> StreamTimeout | None:
         """The deadline that applies now, passed or not (to name a socket timeout)."""
-        due = self._due()
-        return None if due is None else self.deadlines.error(due[1])
+        return self._times.overdue()
 
     def check_deadlines(self, now: float) -> None:
-        due = self._due()
-        if due is not None and now >= due[0]:
-            raise self.deadlines.error(due[1])
+        """Raise the ``StreamTimeout`` of a deadline passed at ``now``."""
+        self._times.check(now)
 
     def on_eof(self, now: float) -> list[Event]:
         """The body ended. Returns the last events; ``done`` tells whether the stream is over."""
@@ -270,7 +254,7 @@ class StreamSession:
             self._kind = "retry"
             self.receiver = StreamReceiver(self.dialect, trace=self.trace)
             self._stream_id = self._background_id = None
-            self._last_content = None  # a new generation: its first event is awaited again
+            self._times.last_content = None  # a new generation: its first event is awaited again
         else:
             self._give_up(error)
             return None
@@ -379,23 +363,6 @@ class StreamSession:
         if dialect is None:
             return None
         return self.receiver.framing or str(dialect.framing)
-
-    def _due(self) -> tuple[float, str] | None:
-        """The nearest deadline: (when, which). Called after every read, so it builds no error."""
-        d = self.deadlines
-        due: tuple[float, str] | None = None
-        if d.total is not None:
-            due = (self.started + d.total, "total")
-        if self._last_content is None:
-            if d.first_event is not None:
-                when = self._attempt_started + d.first_event
-                if due is None or when < due[0]:
-                    due = (when, "first_event")
-        elif d.idle is not None:
-            when = max(self._last_content, self._connection_started) + d.idle
-            if due is None or when < due[0]:
-                due = (when, "idle")
-        return due
 
 
 def _without_body_headers(headers: dict[str, str]) -> dict[str, str]:
