@@ -88,3 +88,10 @@ def test_parse_event_id() -> None:
     assert parse_event_id(f"{sid}:-1") is None
     assert parse_event_id(f"{sid}:\uff11") is None  # a non-ASCII digit
     assert parse_event_id("ub_xyz:3") is None
+
+
+def test_a_stream_token_never_reads_as_a_command_line_option() -> None:
+    # token_urlsafe starts with "-" once in 64; `unbroken inspect URL --token -x...` then failed.
+    tokens = {new_stream_token() for _ in range(2000)}
+    assert len(tokens) == 2000
+    assert all(token.startswith("ubt_") and len(token) == 47 for token in tokens)

@@ -90,7 +90,9 @@ def new_stream_id() -> str:
 
 
 def new_stream_token() -> str:
-    return secrets.token_urlsafe(32)
+    # The prefix keeps a token from starting with "-" (1 in 64 of token_urlsafe's), which a
+    # command line would read as an option: `unbroken inspect URL --token -x...` failed.
+    return "ubt_" + secrets.token_urlsafe(32)
 
 
 def parse_event_id(value: str | None) -> tuple[str, int] | None:
