@@ -271,7 +271,8 @@ def test_a_page_creates_a_stream_with_fetch_and_reads_it(
     created = report["created"]
     assert isinstance(created, dict), created
     stream_id = created["id"]
-    assert (created["status"], created["tokenLength"]) == (200, 43)
+    # The page read the token header: "ubt_" and 43 characters of token_urlsafe(32).
+    assert (created["status"], created["tokenLength"]) == (200, 47)
     assert [message["id"] for message in report["messages"]] == expected_ids(stream_id, 0)
     assert content_of(report["messages"]) == "".join(reply_deltas(3, TOKENS))
     assert (report["errorStates"], report["readyState"], report["stopStatus"]) == (
