@@ -15,24 +15,23 @@ __all__ = ["DeadlineTimes"]
 
 
 class DeadlineTimes:
-    """``started`` fixes the total deadline; ``attempt_started`` / ``connection_started`` the
-    first-event one (set by ``connecting()``), ``last_content`` the idle one (None until a
-    content frame of this generation came), ``read_end`` when the last read was taken in."""
+    """``started`` fixes the total deadline; ``connection_started`` the first-event one (set by
+    ``connecting()``; the idle one never counts from before it), ``last_content`` the idle one
+    (None until a content frame of this generation came), ``read_end`` when the last read was
+    taken in."""
 
-    __slots__ = ("attempt_started", "connection_started", "deadlines", "last_content",
-                 "read_end", "started")
+    __slots__ = ("connection_started", "deadlines", "last_content", "read_end", "started")
 
     def __init__(self, deadlines: Deadlines, started: float) -> None:
         self.deadlines = deadlines
         self.started = started
-        self.attempt_started = started
         self.connection_started = started
         self.last_content: float | None = None
         self.read_end: float | None = None
 
     def connecting(self, now: float) -> None:
         """A request goes out: the first-event deadline counts from now."""
-        self.attempt_started = self.connection_started = now
+        self.connection_started = now
 
     def reading(self, now: float) -> None:
         """The driver is about to wait for bytes. The time the caller spent since the last read
@@ -40,7 +39,6 @@ class DeadlineTimes:
         end = self.read_end
         if end is not None and now > end:
             paused = now - end
-            self.attempt_started += paused
             self.connection_started += paused
             if self.last_content is not None:
                 self.last_content += paused
@@ -85,7 +83,7 @@ class DeadlineTimes:
             due = (self.started + d.total, "total")
         if self.last_content is None:
             if d.first_event is not None:
-                when = self.attempt_started + d.first_event
+                when = self.connection_started + d.first_event
                 if due is None or when < due[0]:
                     due = (when, "first_event")
         elif d.idle is not None:
