@@ -247,7 +247,9 @@ class Journal(ABC):
         """Reserve an idempotency key for one create, across the processes that share this
         journal, for ``ttl`` seconds (claiming it again extends it); whether ``claimer`` holds
         it. ``replacing``: a stream the key names that may be replaced (expired). A journal of
-        one process lets every claim through: ``PendingKeys`` orders requests within it."""
+        one process lets every claim through: ``PendingKeys`` orders requests within it. The
+        launcher also claims ``reattach:<stream id>`` here, so that one replica at a time
+        continues a background stream upstream (within one process, the live tail decides)."""
         return True
 
     async def release_idempotent(self, idempotency_hash: str, claimer: str) -> None:
