@@ -20,7 +20,7 @@ from ..events import Event, TextDelta
 from .errors import EXIT_INPUT, EXIT_NETWORK, EXIT_OK, CLIError
 from .output import console
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "parse_headers", "run"]
 
 
 def add_parser(commands: Any) -> None:
@@ -40,7 +40,8 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _headers(raw: list[str]) -> dict[str, str]:
+def parse_headers(raw: list[str]) -> dict[str, str]:
+    """`-H "Name: value"` arguments as headers (capture, inspect and replay share them)."""
     headers: dict[str, str] = {}
     for item in raw:
         name, sep, value = item.partition(":")
@@ -68,7 +69,7 @@ def run(arguments: argparse.Namespace) -> int:
     if arguments.dialect != "auto" and arguments.dialect not in DIALECT_NAMES:
         raise CLIError(f"unknown dialect {arguments.dialect!r}; expected auto or one of "
                        f"{', '.join(DIALECT_NAMES)}", EXIT_INPUT)
-    headers = _headers(arguments.headers)
+    headers = parse_headers(arguments.headers)
     body = _body(arguments.data)
     if body is not None and not any(k.lower() == "content-type" for k in headers):
         headers["content-type"] = "application/json"

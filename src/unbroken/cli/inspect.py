@@ -32,7 +32,7 @@ from ..errors import PayloadError, StreamError
 from ..message import Message
 from ..receiver import DEFAULT_STALL_SECONDS
 from ..trace import FrameRecord
-from .capture import _headers
+from .capture import parse_headers
 from .errors import EXIT_INPUT, EXIT_NETWORK, EXIT_OK, CLIError
 from .output import console
 
@@ -66,7 +66,7 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 def request_headers(arguments: argparse.Namespace) -> dict[str, str]:
     """The headers to fetch a capture URL with (``--token`` and ``-H``)."""
-    headers = _headers(arguments.headers)
+    headers = parse_headers(arguments.headers)
     if arguments.token:
         headers[_TOKEN_HEADER] = arguments.token
     return headers
