@@ -305,12 +305,14 @@ class Launcher:
         stream_id = record.meta.stream_id
         producer = None
         claim = _REATTACH_CLAIM + stream_id
+        claimed = False
         try:
             # Replicas sharing the journal: the owner's resumes may reach two at once, and both
             # would read the response upstream again. The claim lets one; it is left to expire
             # (a lease period), by when the stream is live or settled again, and read again here.
-            if not await self.journal.claim_idempotent(claim, self._claimer,
-                                                       self.config.lease_ttl):
+            claimed = await self.journal.claim_idempotent(claim, self._claimer,
+                                                          self.config.lease_ttl)
+            if not claimed:
                 return None  # another replica is re-attaching it: the reader follows that one
             latest = await self.journal.get(stream_id, with_text=False)
             if latest is not None and reattachable(latest):
@@ -327,7 +329,8 @@ class Launcher:
         finally:
             if producer is None:
                 self.slots.give_back(credential)
-                await self.journal.release_idempotent(claim, self._claimer)
+                if claimed:
+                    await self.journal.release_idempotent(claim, self._claimer)
         return None
 
     def refuse(self, refusal: Refusal, dialect: str | None) -> Response:
