@@ -38,6 +38,7 @@ from ..proxy.journal import (
     journal_for,
     shown_store,
 )
+from ..proxy.journal.listing import parse_statuses
 from .errors import EXIT_INPUT, EXIT_NETWORK, EXIT_OK, EXIT_USAGE, CLIError
 from .output import console
 
@@ -82,14 +83,14 @@ def parse_time(text: str, now: float, option: str = "--since") -> float:
 def _statuses(text: str | None) -> list[Status] | None:
     if text is None:
         return None
-    names = [name.strip().lower() for name in text.split(",") if name.strip()]
-    known = {status.value for status in Status}
-    unknown = [name for name in names if name not in known]
-    if unknown or not names:
-        raise CLIError(f"--status: unknown status {', '.join(unknown) or repr(text)}; "
-                       f"expected some of {', '.join(status.value for status in Status)}",
-                       EXIT_USAGE)
-    return [Status(name) for name in names]
+    try:
+        statuses = parse_statuses([text.lower()])
+        if not statuses:
+            raise ValueError(f"unknown status {text!r}; expected some of "
+                             f"{', '.join(status.value for status in Status)}")
+    except ValueError as error:
+        raise CLIError(f"--status: {error}", EXIT_USAGE) from error
+    return statuses
 
 
 def _journal(store: str) -> Journal:

@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..finish import Status
 from .access import credential_hash
 from .journal import MAX_PAGE, StreamRecord
-from .journal.listing import DEFAULT_PAGE
+from .journal.listing import DEFAULT_PAGE, parse_statuses
 from .launcher import expired
 from .wire import error_body
 
@@ -43,7 +42,7 @@ async def list_own_streams(request: Request) -> Response:
         return _refused(401, "unbroken proxy: listing streams needs the credential that "
                              "created them (Authorization, x-api-key, x-goog-api-key or ?key=)")
     try:
-        statuses = _statuses(request.query_params.getlist("status"))
+        statuses = parse_statuses(request.query_params.getlist("status")) or None
         limit = _limit(request.query_params.get("limit"))
         page = await proxy.journal.list_streams(
             credential_hash=owner, status=statuses, limit=limit,
@@ -65,18 +64,6 @@ def listed_stream(record: StreamRecord) -> dict[str, Any]:
             "finish_reason": state.finish_reason, "created": meta.created,
             "updated": state.updated, "last_seq": state.last_seq, "dialect": meta.dialect,
             "request_path": meta.request_path}
-
-
-def _statuses(values: list[str]) -> list[Status] | None:
-    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
-    if not names:
-        return None
-    known = {status.value for status in Status}
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(f"unknown status {', '.join(unknown)}; expected some of "
-                         f"{', '.join(status.value for status in Status)}")
-    return [Status(name) for name in names]
 
 
 def _limit(value: str | None) -> int:

@@ -31,6 +31,7 @@ __all__ = [
     "StreamPage",
     "StreamQuery",
     "page_of",
+    "parse_statuses",
     "stream_query",
 ]
 
@@ -100,6 +101,18 @@ def stream_query(
     return StreamQuery(statuses=statuses, since=since, until=until,
                        credential_hash=credential_hash, limit=limit,
                        before=None if cursor is None else _position(cursor))
+
+
+def parse_statuses(values: Iterable[str]) -> list[Status]:
+    """Status names as given on a command line or a query (``"interrupted,failed"``, possibly
+    repeated); ``ValueError`` naming the unknown ones. No name at all: an empty list."""
+    names = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    known = {status.value for status in Status}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"unknown status {', '.join(unknown)}; expected some of "
+                         f"{', '.join(status.value for status in Status)}")
+    return [Status(name) for name in names]
 
 
 def page_of(found: Sequence[StreamRecord], query: StreamQuery) -> StreamPage:
