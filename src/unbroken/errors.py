@@ -18,13 +18,14 @@ The hierarchy::
     │   ├── IdleTimeout              no content for ``idle_timeout`` (pings do not count)
     │   └── TotalTimeout
     ├── TransportError               I/O: the connection broke (chained from the HTTP library)
+    ├── ProxyInterrupted             an unbroken proxy's own frame: its stream ended interrupted
     └── Interrupted                  retries or resume exhausted; carries the partial ``message``
     LocalProtocolError               misuse of an object (data after EOF, reuse after an error)
 
-When a deadline, a final HTTP status or a wrong content type ends a stream short of its finish,
-the client raises an exception of two types, ``Interrupted`` and the cause's own (e.g.
-``Interrupted[IdleTimeout]``, made by ``interrupted_by``): code that catches ``Interrupted``
-for every interrupted stream and code that catches ``IdleTimeout`` both see it.
+When a deadline, a final HTTP status, a wrong content type or a proxy's own frame ends a stream
+short of its finish, the client raises an exception of two types, ``Interrupted`` and the
+cause's own (e.g. ``Interrupted[IdleTimeout]``, made by ``interrupted_by``): code that catches
+``Interrupted`` for every interrupted stream and code that catches ``IdleTimeout`` both see it.
 
 ``LocalProtocolError`` is deliberately *not* a ``StreamError``: it reports a bug in the caller,
 never something about the stream, so it never lands in ``Message.error``.
@@ -52,6 +53,7 @@ __all__ = [
     "PayloadError",
     "ProtocolError",
     "ProviderError",
+    "ProxyInterrupted",
     "SequenceError",
     "StreamError",
     "StreamTimeout",
@@ -205,6 +207,18 @@ class TransportError(StreamError):
     """The connection broke; the HTTP library's exception is ``__cause__``."""
 
 
+class ProxyInterrupted(StreamError):
+    """An unbroken proxy ended the stream ``interrupted`` and said so in a frame of its own (its
+    upstream broke, it shut down or lost its producer): not the provider's error. ``code`` is
+    the proxy's reason (``upstream_interrupted`` ...), ``status`` the stream's status in the
+    proxy's journal; the frame's bytes are in the trace."""
+
+    def __init__(self, detail: str, *, code: str, status: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.status = status
+
+
 class Interrupted(StreamError):
     """The stream ended without a finish reason and could not be continued.
 
@@ -221,7 +235,7 @@ class LocalProtocolError(Exception):
 
 
 # The errors a caller may want to catch by their own type when they end a stream.
-_OWN_TYPES = (StreamTimeout, UpstreamStatusError, ContentTypeError)
+_OWN_TYPES = (StreamTimeout, UpstreamStatusError, ContentTypeError, ProxyInterrupted)
 _BOTH: dict[type[StreamError], type[Interrupted]] = {}
 
 

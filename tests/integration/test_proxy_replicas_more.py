@@ -51,6 +51,7 @@ from unbroken.finish import Status
 from unbroken.mock import create_app as create_mock
 from unbroken.mock import reply_text
 from unbroken.proxy.wire import error_frame
+from unbroken.resumption import ProxyMark
 
 __all__ = ["replicas"]  # the fixture of test_proxy_replicas.py, used here by name
 
@@ -179,7 +180,7 @@ def test_sigkill_of_a_ends_the_post_resumes_following_on_b_with_the_error_frame(
         assert (status["status"], status["last_seq"], status["text"], status["error"]) == (
             "interrupted", taken + 1, call.text_after(seed + index, tokens, taken),
             {"type": "proxy_restarted", "message": LEASE_EXPIRED})
-        end = error_frame(dialect, taken + 1, "proxy_restarted", LEASE_EXPIRED,
+        end = error_frame(dialect, taken + 1, ended_mark("proxy_restarted", LEASE_EXPIRED),
                           taken if dialect == "openai-responses" else None)
         if dialect == "ollama":
             assert [line.raw.rstrip(b"\r\n") for line in tails[dialect]] == [end.data]
@@ -324,3 +325,9 @@ def test_one_key_posted_on_a_and_b_at_once_makes_one_generation(
     assert [text for _, text in answers] == [reply_text(seed, tokens)] * 2
     assert counts == generations(call)
     assert answers[0][0] == answers[1][0]
+
+
+def ended_mark(code: str, message: str) -> ProxyMark:
+    """The mark of a frame the proxy journaled to end a stream."""
+    status = "cancelled" if code == "stream_cancelled" else "interrupted"
+    return ProxyMark(code=code, status=status, resumable=False, message=message)

@@ -25,6 +25,7 @@ from unbroken.proxy.journal import (
 )
 from unbroken.proxy.journal.base import FOLLOW_BATCH
 from unbroken.proxy.wire import error_frame
+from unbroken.resumption import ProxyMark
 
 pytestmark = pytest.mark.anyio
 
@@ -113,8 +114,8 @@ async def test_the_proxys_error_frame_is_the_end_record_and_the_replay_is_interr
     await journal.open()
     stream_id = meta().stream_id
     await journal.create(meta(), StreamState(status=Status.STREAMING, updated=CREATED))
-    made = error_frame("openai-chat", 3, "upstream_interrupted",
-                       "unbroken proxy: the upstream stream broke before it finished")
+    made = error_frame("openai-chat", 3, ended_mark(
+        "upstream_interrupted", "unbroken proxy: the upstream stream broke before it finished"))
     await journal.append(stream_id, [chunk(1, "Hel"), chunk(2, "lo, wor"), made],
                          ended(Status.INTERRUPTED, 3,
                                error={"type": "TransportError", "message": "broke"}))
@@ -141,8 +142,8 @@ async def test_a_cancelled_stream_replays_cancelled() -> None:
     delta = FrameRecord(1, "content_block_delta",
                         b'{"type":"content_block_delta","index":0,'
                         b'"delta":{"type":"text_delta","text":"Hi"}}', "Hi", CREATED + 0.5)
-    made = error_frame("anthropic", 2, "stream_cancelled",
-                       "unbroken proxy: the stream was cancelled")
+    made = error_frame("anthropic", 2,
+                       ended_mark("stream_cancelled", "unbroken proxy: the stream was cancelled"))
     await journal.append(stream_id, [delta, made], ended(Status.CANCELLED, 2))
     records = await exported(journal, stream_id)
     assert base64.b64decode(records[2]["b"]) == (
@@ -221,3 +222,9 @@ async def test_a_stream_purged_during_the_export_ends_with_an_error() -> None:
     assert [r.get("seq") for r in records[2:-1]] == []
     assert records[-1] == {"end": "error",
                            "error": "the stream left the journal (expired) while it was exported"}
+
+
+def ended_mark(code: str, message: str) -> ProxyMark:
+    """The mark of a frame the proxy journaled to end a stream."""
+    status = "cancelled" if code == "stream_cancelled" else "interrupted"
+    return ProxyMark(code=code, status=status, resumable=False, message=message)

@@ -83,6 +83,23 @@ class Dialect(Protocol):
         """The normalized events of one frame, all carrying ``seq``."""
         ...
 
+    def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
+                    provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
+        """An unbroken proxy's own frame in this provider's error shape (so its SDK raises):
+        the SSE event name or ``None``, and the payload, with ``mark`` under ``domain`` the
+        way this provider's errors can carry it (``resumption.proxy_error``)."""
+        ...
+
+    def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
+        """The mark ``proxy_error`` wrote, plus the error's ``message``; ``None`` for any other
+        payload. Cheap: the receiver asks it of every frame."""
+        ...
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """A whole (not streamed) error body in this provider's shape, for an HTTP ``status``
+        the proxy answers itself."""
+        ...
+
 
 def count(value: Any) -> int | None:
     """A token count as reported, or ``None`` when absent or not an integer."""

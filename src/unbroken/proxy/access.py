@@ -14,6 +14,8 @@ import re
 import secrets
 from collections.abc import Mapping
 
+from ..resumption import STREAM_TOKEN_HEADER
+from ..resumption import parse_event_id as parse_any_event_id
 from .journal import StreamMeta, Tombstone
 
 __all__ = [
@@ -31,7 +33,7 @@ __all__ = [
 
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
 CREDENTIAL_PARAM = "key"
-TOKEN_HEADER = "unbroken-stream-token"
+TOKEN_HEADER = STREAM_TOKEN_HEADER.lower()  # how a Starlette request's headers name it
 TOKEN_PARAM = "token"
 _STREAM_ID = re.compile(r"ub_[0-9a-f]{24}")
 
@@ -96,12 +98,7 @@ def new_stream_token() -> str:
 
 
 def parse_event_id(value: str | None) -> tuple[str, int] | None:
-    """``(stream_id, seq)`` from a ``Last-Event-ID`` of this proxy, else ``None``."""
-    if not value:
-        return None
-    stream_id, colon, seq = value.strip().rpartition(":")
-    if not colon or not seq.isascii() or not seq.isdigit():
-        return None
-    if not _STREAM_ID.fullmatch(stream_id):
-        return None
-    return stream_id, int(seq)
+    """``(stream_id, seq)`` from a ``Last-Event-ID`` of this proxy (an event id whose stream id
+    this proxy could have minted), else ``None``."""
+    named = parse_any_event_id(value)
+    return named if named is not None and _STREAM_ID.fullmatch(named[0]) else None

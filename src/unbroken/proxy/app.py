@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..finish import Status
+from ..resumption import LAST_EVENT_ID
 from .access import may_read, parse_event_id
 from .config import ProxyConfig
 from .cors import SERVED_METHODS, CORSStarlette, cors_options
@@ -281,7 +282,7 @@ class ProxyApp:
             return self.launcher.refuse(body, endpoint.dialect)
         if not wants_stream(endpoint, body, request.query_params):
             return await self._pass_through(request, endpoint, body)
-        resume = parse_event_id(request.headers.get("last-event-id"))
+        resume = parse_event_id(request.headers.get(LAST_EVENT_ID))
         if resume is not None:
             return await self._resume(request, endpoint, *resume)
         return await self.launcher.start(request, endpoint, body)

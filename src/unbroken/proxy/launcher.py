@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..finish import Status
+from ..resumption import STREAM_TOKEN_HEADER
 from .access import credential_hash, new_stream_id, new_stream_token, secret_hash
 from .config import ProxyConfig
 from .idempotency import PendingKeys, idempotency_hash, request_hash
@@ -278,7 +279,7 @@ class Launcher:
         return stream_response(
             self.journal, meta.stream_id, 0, downstream, keepalive=self.config.keepalive,
             status_code=response.status_code,
-            headers=[*forwarded, ("unbroken-stream-token", token)],
+            headers=[*forwarded, (STREAM_TOKEN_HEADER.lower(), token)],
         ), meta.stream_id
 
     def run(self, producer: Producer, credential: str | None) -> None:

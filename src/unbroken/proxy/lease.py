@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 
 from ..finish import Status
+from ..resumption import PROXY_MESSAGE_PREFIX, ProxyMark
 from .journal import FrameRecord, Journal, Lease, StreamRecord
 from .logs import log_event
 from .wire import error_frame
@@ -151,7 +152,7 @@ class Recovery:
 
     async def _interrupt(self, record: StreamRecord, lease: Lease | None) -> StreamRecord:
         state = record.state
-        message = ("unbroken proxy: the proxy producing this stream stopped (its lease "
+        message = (PROXY_MESSAGE_PREFIX + "the proxy producing this stream stopped (its lease "
                    "expired) before the stream finished")
         interrupted = replace(state, status=Status.INTERRUPTED, updated=time.time(),
                               error={"type": REATTACHABLE, "message": message})
@@ -159,8 +160,10 @@ class Recovery:
         frames: list[FrameRecord] = []
         if not continuable:
             interrupted = replace(interrupted, last_seq=state.last_seq + 1)
-            frames.append(error_frame(record.meta.dialect, state.last_seq + 1, "proxy_restarted",
-                                      message, _next_provider_seq(record)))
+            mark = ProxyMark(code="proxy_restarted", status=Status.INTERRUPTED.value,
+                             resumable=False, message=message)
+            frames.append(error_frame(record.meta.dialect, state.last_seq + 1, mark,
+                                      _next_provider_seq(record)))
         try:
             await self.journal.append(record.meta.stream_id, frames, interrupted)
         except ValueError:

@@ -12,6 +12,13 @@ from dataclasses import replace
 
 from starlette.responses import StreamingResponse
 
+from ..resumption import (
+    LAST_EVENT_ID,
+    PROXY_MESSAGE_PREFIX,
+    STREAM_ID_HEADER,
+    ProxyMark,
+    parse_event_id,
+)
 from .journal import Journal
 from .lease import reattachable
 from .wire import Downstream, error_frame
@@ -57,19 +64,22 @@ async def end_notice(journal: Journal, stream_id: str, downstream: Downstream) -
     journal lost). A reconnect with ``Last-Event-ID`` picks up where this response ended."""
     record = await journal.get(stream_id, with_text=False)
     if record is not None and reattachable(record):
-        code, detail = "proxy_restarted", (
-            "unbroken proxy: the stream stopped with the proxy that produced it; its owner's "
-            "next resume continues it")
+        code, status, detail = "proxy_restarted", record.state.status.value, (
+            "the stream stopped with the proxy that produced it; its owner's next resume "
+            "continues it")
         last_seq = record.state.last_seq
     elif record is not None and record.state.ended:
         return None
     else:
         last_seq = 0 if record is None else record.state.last_seq
+        status = "unknown" if record is None else record.state.status.value
         where = "it is no longer in the journal" if record is None else f"after seq {last_seq}"
         code, detail = "stream_incomplete", (
-            f"unbroken proxy: this response ended before stream {stream_id} did ({where}); "
-            f"reconnect with Last-Event-ID to read on, or see GET /v1/streams/{stream_id}")
-    frame = error_frame(downstream.dialect, last_seq + 1, code, detail)
+            f"this response ended before stream {stream_id} did ({where}); reconnect with "
+            f"{LAST_EVENT_ID} to read on, or see GET /v1/streams/{stream_id}")
+    mark = ProxyMark(code=code, status=status, resumable=True,
+                     message=PROXY_MESSAGE_PREFIX + detail)
+    frame = error_frame(downstream.dialect, last_seq + 1, mark)
     return replace(downstream, ids=False, retry_ms=None).frames(stream_id, [frame], first=False)
 
 
@@ -87,7 +97,7 @@ def stream_response(
     out = [(name, value) for name, value in headers or () if name.lower() not in _OWN_HEADERS]
     out.append(("content-type", downstream.media_type))
     out.extend(SSE_HEADERS)
-    out.append(("unbroken-stream-id", stream_id))
+    out.append((STREAM_ID_HEADER.lower(), stream_id))
     response = StreamingResponse(
         frames_body(journal, stream_id, after, downstream, keepalive),
         status_code=status_code,
@@ -103,12 +113,10 @@ def events_cursor(
 ) -> int | None:
     """The seq to serve after: ``Last-Event-ID`` wins over ``?after=``; ``None`` if either is
     malformed or names another stream."""
-    last_event_id = headers.get("last-event-id")
+    last_event_id = headers.get(LAST_EVENT_ID.lower())
     if last_event_id:
-        named, colon, seq = last_event_id.strip().rpartition(":")
-        if not colon or named != stream_id or not seq.isascii() or not seq.isdigit():
-            return None
-        return int(seq)
+        named = parse_event_id(last_event_id)
+        return named[1] if named is not None and named[0] == stream_id else None
     after = query.get("after")
     if after is None:
         return 0

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..resumption import STREAM_ID_HEADER, STREAM_TOKEN_HEADER
+
 __all__ = [
     "OLLAMA_STREAM_PATHS",
     "Endpoint",
@@ -109,7 +111,7 @@ def request_headers(
     """
     pairs = list(headers)
     skip = set(HOP_BY_HOP) | _connection_listed(pairs) | set(drop)
-    skip |= {"host", "content-length", "unbroken-stream-token", "unbroken-stream-id"}
+    skip |= {"host", "content-length", STREAM_TOKEN_HEADER.lower(), STREAM_ID_HEADER.lower()}
     if identity:
         skip.add("accept-encoding")
     out = [

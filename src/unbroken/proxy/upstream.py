@@ -28,6 +28,7 @@ from ..errors import IdleTimeout, StreamError, TransportError
 from ..events import TextDelta
 from ..finish import Status
 from ..receiver import Frame, StreamReceiver
+from ..resumption import ProxyMark
 from .config import ProxyConfig
 from .journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
 from .logs import log_event
@@ -338,16 +339,16 @@ class Producer:
         message = receiver.message
         status = message.status
         closing = closing_error(message, self._stop_reason)
-        last = [] if closing is None else [self._error_frame(*closing)]
+        last = [] if closing is None else [self._error_frame(closing)]
         await self._journal.append(self.stream_id, last, self._state(final=True))
         log_event("stream.end", stream_id=self.stream_id, seq=self.seq, status=status.value,
                   upstream_requests=self.upstream_requests,
                   seconds=round(time.monotonic() - self._started, 3))
 
-    def _error_frame(self, code: str, detail: str) -> FrameRecord:
+    def _error_frame(self, mark: ProxyMark) -> FrameRecord:
         self.seq += 1
         provider_seq = self._provider_seq + 1 if self.dialect == "openai-responses" else None
-        return error_frame(self.dialect, self.seq, code, detail, provider_seq)
+        return error_frame(self.dialect, self.seq, mark, provider_seq)
 
     def _state(self, *, final: bool) -> StreamState:
         """The stream's state for the journal. While live, the previous one is reused until
