@@ -29,7 +29,6 @@ from .errors import (
     EventTooLargeError,
     LocalProtocolError,
     PayloadError,
-    ProxyInterrupted,
     StreamError,
 )
 from .events import (
@@ -43,7 +42,7 @@ from .events import (
 )
 from .framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from .message import Message
-from .resumption import PROXY_DOMAIN, ProxyMark, parse_event_id
+from .resumption import PROXY_DOMAIN, ProxyMark, parse_event_id, proxy_end_error
 from .tail_evidence import keep_last_line, note_unterminated_tail
 from .trace import DEFAULT_RAW_BUDGET, ERROR, IGNORED
 
@@ -382,12 +381,8 @@ class StreamReceiver:
         message.warn("proxy_end", f"the proxy ended the stream {mark.status}: {mark.code}: "
                                   f"{mark.message}")
         self.finished = True
-        if mark.status == "cancelled":
-            message.close(cancelled=True)
-        elif mark.status == "failed":
-            message.close(PayloadError(mark.message, line=self._frames_seen, offset=self._offset))
-        else:
-            message.close(ProxyInterrupted(mark.message, code=mark.code, status=mark.status))
+        error = proxy_end_error(mark)
+        message.close(error, cancelled=error is None)
 
     def _fail_frame(self, err: PayloadError, frame: Any, t: float) -> None:
         err.line = frame.line if isinstance(frame, JSONLine) else self._frames_seen

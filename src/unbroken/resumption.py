@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
+from .errors import PayloadError, ProxyInterrupted, StreamError
+
 __all__ = [
     "DECISIONS",
     "IDEMPOTENCY_KEY",
@@ -41,6 +43,7 @@ __all__ = [
     "event_id",
     "event_id_prefix",
     "parse_event_id",
+    "proxy_end_error",
     "proxy_error",
     "proxy_mark",
 ]
@@ -145,6 +148,18 @@ def proxy_mark(dialect: Any, payload: Any) -> ProxyMark | None:
     return None if fields is None else ProxyMark.from_fields(fields)
 
 
+def proxy_end_error(mark: ProxyMark) -> StreamError | None:
+    """What ends a message at the proxy's own frame, so that it ends with the status the proxy
+    journaled: ``ProxyInterrupted`` (interrupted, or a response that ended early), a
+    ``PayloadError`` for ``failed`` (the proxy could not read its upstream's bytes), ``None``
+    for ``cancelled`` (the caller closes the message cancelled)."""
+    if mark.status == "cancelled":
+        return None
+    if mark.status == "failed":
+        return PayloadError(mark.message)
+    return ProxyInterrupted(mark.message, code=mark.code, status=mark.status)
+
+
 # -- the client's decision after a failed attempt -----------------------------------------------
 
 
@@ -182,21 +197,25 @@ class Decision(Enum):
 # Rule: a resume continues the same generation, so it wins whenever the stream can be read on,
 # even before anything was shown. A fresh attempt starts the generation again: allowed only
 # while nothing is visible (no sentence is shown twice), and once the provider answered it is a
-# second generation (the first may be billed), so the caller may forbid it. A provider error
-# or a stream the proxy ended is never resumed: reading on gives nothing new. A retryable
-# failure after content with no resume target gives up: the partial text is kept, interrupted.
-# (Non-retryable failures, a finish reason already received and an exhausted budget give up
-# before this table is consulted.)
+# second generation (the first may be billed), so the caller may forbid it. A stream the proxy
+# ended counts as answered even before its first frame: the proxy starts a stream only once its
+# upstream accepted the request. A provider error or a stream the proxy ended is never resumed:
+# reading on gives nothing new. A retryable failure after content with no resume target gives
+# up: the partial text is kept, interrupted. (Non-retryable failures, a finish reason already
+# received and an exhausted budget give up before this table is consulted.)
 DECISIONS: Final[dict[tuple[Failure, Shown, ResumeTarget], Decision]] = {
     **{(Failure.BROKEN, shown, target): Decision.RESUME
        for shown in Shown for target in (ResumeTarget.SSE, ResumeTarget.BACKGROUND)},
     (Failure.BROKEN, Shown.NOTHING, ResumeTarget.NONE): Decision.RETRY,
     (Failure.BROKEN, Shown.ANSWERED, ResumeTarget.NONE): Decision.REGENERATE,
     (Failure.BROKEN, Shown.CONTENT, ResumeTarget.NONE): Decision.GIVE_UP,
-    **{(failure, Shown.NOTHING, target): Decision.RETRY
-       for failure in (Failure.PROVIDER_ERROR, Failure.PROXY_ENDED) for target in ResumeTarget},
-    **{(failure, Shown.ANSWERED, target): Decision.REGENERATE
-       for failure in (Failure.PROVIDER_ERROR, Failure.PROXY_ENDED) for target in ResumeTarget},
+    **{(Failure.PROVIDER_ERROR, Shown.NOTHING, target): Decision.RETRY
+       for target in ResumeTarget},
+    **{(failure, shown, target): Decision.REGENERATE
+       for failure, shown in ((Failure.PROVIDER_ERROR, Shown.ANSWERED),
+                              (Failure.PROXY_ENDED, Shown.NOTHING),
+                              (Failure.PROXY_ENDED, Shown.ANSWERED))
+       for target in ResumeTarget},
     **{(failure, Shown.CONTENT, target): Decision.GIVE_UP
        for failure in (Failure.PROVIDER_ERROR, Failure.PROXY_ENDED) for target in ResumeTarget},
 }
