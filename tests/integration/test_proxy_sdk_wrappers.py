@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import anthropic
 import ollama
@@ -25,12 +25,13 @@ from unbroken.errors import ProviderError, ProxyInterrupted
 from unbroken.finish import Status
 
 pytestmark = pytest.mark.integration
+T = TypeVar("T")
 
 SEED, TOKENS = 9, 10
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
-# google-genai closes its HTTP client when the Client object is collected: held here while its
-# stream is read.
-CLIENTS: list[Any] = [None]
+# The SDK clients of the stream being read, closed once it was (google-genai also closes its
+# HTTP client when the Client object is collected, so it must be held meanwhile).
+OPEN: list[Any] = []
 
 
 @pytest.fixture(scope="module")
@@ -43,45 +44,62 @@ def sync_tracked(dialect: str, base: str, scenario: str) -> Any:
     """The wrapped SDK stream; the caller iterates it (and closes the client by the stream)."""
     mock = {"Unbroken-Mock": scenario}
     if dialect in ("openai-chat", "openai-responses"):
-        client = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
+        client = opened(openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0))
         if dialect == "openai-chat":
             return unbroken.from_openai(client.chat.completions.create(
                 model="m", messages=MESSAGES, stream=True, extra_headers=mock))
         return unbroken.from_openai(client.responses.create(
             model="m", input="hi", stream=True, extra_headers=mock))
     if dialect == "anthropic":
-        claude = anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0)
+        claude = opened(anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0))
         return unbroken.from_anthropic(claude.messages.create(
             model="m", max_tokens=100, messages=MESSAGES, stream=True, extra_headers=mock))
     if dialect == "gemini":
-        gemini = CLIENTS[0] = genai.Client(api_key=KEY,
-                                           http_options=gemini_options(base, scenario))
+        gemini = opened(genai.Client(api_key=KEY, http_options=gemini_options(base, scenario)))
         return unbroken.from_gemini(gemini.models.generate_content_stream(
             model="gemini-m", contents="hi"))
-    local = ollama.Client(host=base, headers={**mock, "Authorization": f"Bearer {KEY}"})
+    local = opened(ollama.Client(host=base,
+                                 headers={**mock, "Authorization": f"Bearer {KEY}"}))
     return unbroken.from_ollama(local.chat(model="m", messages=MESSAGES, stream=True))
 
 
 async def async_tracked(dialect: str, base: str, scenario: str) -> Any:
     mock = {"Unbroken-Mock": scenario}
     if dialect in ("openai-chat", "openai-responses"):
-        client = openai.AsyncOpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
+        client = opened(openai.AsyncOpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0))
         if dialect == "openai-chat":
             return unbroken.from_openai(await client.chat.completions.create(
                 model="m", messages=MESSAGES, stream=True, extra_headers=mock))
         return unbroken.from_openai(await client.responses.create(
             model="m", input="hi", stream=True, extra_headers=mock))
     if dialect == "anthropic":
-        claude = anthropic.AsyncAnthropic(base_url=base, api_key=KEY, max_retries=0)
+        claude = opened(anthropic.AsyncAnthropic(base_url=base, api_key=KEY, max_retries=0))
         return unbroken.from_anthropic(await claude.messages.create(
             model="m", max_tokens=100, messages=MESSAGES, stream=True, extra_headers=mock))
     if dialect == "gemini":
-        gemini = CLIENTS[0] = genai.Client(api_key=KEY,
-                                           http_options=gemini_options(base, scenario))
+        gemini = opened(genai.Client(api_key=KEY, http_options=gemini_options(base, scenario)))
         return unbroken.from_gemini(await gemini.aio.models.generate_content_stream(
             model="gemini-m", contents="hi"))
-    local = ollama.AsyncClient(host=base, headers={**mock, "Authorization": f"Bearer {KEY}"})
+    local = opened(ollama.AsyncClient(host=base,
+                                      headers={**mock, "Authorization": f"Bearer {KEY}"}))
     return unbroken.from_ollama(await local.chat(model="m", messages=MESSAGES, stream=True))
+
+
+def opened(client: T) -> T:
+    OPEN.append(client)
+    return client
+
+
+async def close_all() -> None:
+    while OPEN:
+        client = OPEN.pop()
+        if isinstance(client, genai.Client):
+            await client.aio.aclose()
+            client.close()
+        elif asyncio.iscoroutinefunction(client.close):
+            await client.close()
+        else:
+            client.close()
 
 
 def gemini_options(base: str, scenario: str) -> genai_types.HttpOptions:
@@ -100,6 +118,8 @@ def consume(flavour: str, dialect: str, base: str, scenario: str) -> tuple[Any, 
                     pass
         except Exception as exc:
             return tracked, exc
+        finally:
+            asyncio.run(close_all())
         return tracked, None
 
     async def main() -> tuple[Any, Any]:
@@ -110,6 +130,8 @@ def consume(flavour: str, dialect: str, base: str, scenario: str) -> tuple[Any, 
                     pass
         except Exception as exc:
             return tracked, exc
+        finally:
+            await close_all()
         return tracked, None
 
     return asyncio.run(main())
