@@ -174,8 +174,8 @@ class Failure(Enum):
 class Shown(Enum):
     """How far the attempt got before it failed."""
 
-    NOTHING = "nothing"  # no frame of the generation came (refused, or cut before it began)
-    ANSWERED = "answered"  # the provider answered (a frame came), nothing visible yet
+    NOTHING = "nothing"  # the request was not accepted (no answer, a 429/5xx, a connect error)
+    ANSWERED = "answered"  # the provider accepted it (a 2xx), nothing visible yet
     CONTENT = "content"  # a content delta reached the caller
 
 
@@ -198,8 +198,8 @@ class Decision(Enum):
 # even before anything was shown. A fresh attempt starts the generation again: allowed only
 # while nothing is visible (no sentence is shown twice), and once the provider answered it is a
 # second generation (the first may be billed), so the caller may forbid it. A stream the proxy
-# ended counts as answered even before its first frame: the proxy starts a stream only once its
-# upstream accepted the request. A provider error or a stream the proxy ended is never resumed:
+# ended was accepted (the proxy starts a stream only once its upstream answered 2xx). A
+# provider error or a stream the proxy ended is never resumed:
 # reading on gives nothing new. A retryable failure after content with no resume target gives
 # up: the partial text is kept, interrupted. (Non-retryable failures, a finish reason already
 # received and an exhausted budget give up before this table is consulted.)

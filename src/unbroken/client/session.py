@@ -108,7 +108,9 @@ class StreamSession:
         self._kind: ConnectionKind = "first"
         self._times = DeadlineTimes(deadlines, started)
         self._visible = False  # a content delta reached the caller: no more fresh attempts
-        self._answered = False  # a frame of this generation came (its provider answered)
+        # The provider accepted this generation's request (a 2xx): from then on it may be
+        # generating, and billing, whether or not a frame came.
+        self._answered = False
         self._server_delay: float | None = None
         self._stream_id: str | None = None  # Unbroken-Stream-Id response header
         self._background_id: str | None = None  # an OpenAI background response id
@@ -169,6 +171,7 @@ class StreamSession:
             raise UpstreamStatusError(
                 status, body.decode("utf-8", "replace"), retry_after=self._server_delay
             )
+        self._answered = True
         stream_id = headers.get(STREAM_ID_HEADER)
         if stream_id:
             self._stream_id = stream_id
@@ -210,8 +213,6 @@ class StreamSession:
                     self._reconnection_ms = sse.retry
             for event in frame.events:
                 cls = event.__class__
-                if cls is not ErrorEvent:
-                    self._answered = True
                 if cls in _VISIBLE:
                     self._visible = True
                 elif cls is MessageStart:
