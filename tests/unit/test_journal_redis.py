@@ -16,8 +16,8 @@ from tests.redis_server import running_redis
 from tests.unit.test_journal import collect, frames, meta, streaming
 
 from unbroken.finish import Status
-from unbroken.proxy.journal import FrameRecord, Lease, RedisJournal, StreamState
 from unbroken.proxy.lease import LeaseKeeper, Recovery
+from unbroken.streams.journal import FrameRecord, Lease, RedisJournal, StreamState
 
 pytestmark = pytest.mark.anyio
 

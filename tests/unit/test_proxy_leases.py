@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from unbroken.finish import END_STATES, Status
-from unbroken.proxy.journal import (
+from unbroken.proxy.lease import REATTACHABLE, LeaseKeeper, Recovery, reattachable
+from unbroken.streams.journal import (
     FrameRecord,
     Journal,
     Lease,
@@ -18,8 +19,7 @@ from unbroken.proxy.journal import (
     StreamMeta,
     StreamState,
 )
-from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION
-from unbroken.proxy.lease import REATTACHABLE, LeaseKeeper, Recovery, reattachable
+from unbroken.streams.journal.sqlite_schema import SCHEMA_VERSION
 
 
 def _meta(stream_id: str, *, dialect: str = "anthropic", background: bool = False,

@@ -39,17 +39,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..finish import Status
-from .access import may_read, parse_event_id
+from ..streams.access import may_read, parse_event_id
+from ..streams.journal import Journal, StreamRecord, journal_for
+from ..streams.logs import install_redaction, log_event
 from .config import ProxyConfig
 from .cors import SERVED_METHODS, CORSStarlette, cors_options
 from .evidence import capture
-from .journal import Journal, StreamRecord, journal_for
 from .journal_failures import JOURNAL_ERRORS, journal_failed
 from .launcher import Launcher, expired
 from .lease import LeaseKeeper, Recovery, reattachable, running_elsewhere
 from .limits import Refusal, body_refusal, read_body
 from .listing import list_own_streams
-from .logs import install_redaction, log_event
 from .metrics import CONTENT_TYPE, ProxyMetrics
 from .relay import not_found, relay, target, upstream_unreachable
 from .replay import events_cursor, stream_response

@@ -22,8 +22,8 @@ import time
 from dataclasses import replace
 
 from ..finish import Status
-from .journal import FrameRecord, Journal, Lease, StreamRecord
-from .logs import log_event
+from ..streams.journal import FrameRecord, Journal, Lease, StreamRecord
+from ..streams.logs import log_event
 from .wire import error_frame
 
 __all__ = ["REATTACHABLE", "LeaseKeeper", "Recovery", "reattachable", "running_elsewhere"]

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from starlette.responses import StreamingResponse
 
-from .journal import Journal
+from ..streams.journal import Journal
 from .lease import reattachable
 from .wire import Downstream, error_frame
 

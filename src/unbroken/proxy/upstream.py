@@ -28,9 +28,9 @@ from ..errors import IdleTimeout, StreamError, TransportError
 from ..events import TextDelta
 from ..finish import Status
 from ..receiver import Frame, StreamReceiver
+from ..streams.journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
+from ..streams.logs import log_event
 from .config import ProxyConfig
-from .journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
-from .logs import log_event
 from .stream_outcome import closing_error, error_fields, usage_fields
 from .wire import error_frame
 
