@@ -41,6 +41,7 @@ from starlette.routing import Route
 from ..finish import Status
 from ..streams.access import may_read, parse_event_id
 from ..streams.journal import Journal, StreamRecord, journal_for
+from ..streams.limits import Refusal, body_refusal, read_body
 from ..streams.logs import install_redaction, log_event
 from .config import ProxyConfig
 from .cors import SERVED_METHODS, CORSStarlette, cors_options
@@ -48,7 +49,6 @@ from .evidence import capture
 from .journal_failures import JOURNAL_ERRORS, journal_failed
 from .launcher import Launcher, expired
 from .lease import LeaseKeeper, Recovery, reattachable, running_elsewhere
-from .limits import Refusal, body_refusal, read_body
 from .listing import list_own_streams
 from .metrics import CONTENT_TYPE, ProxyMetrics
 from .relay import not_found, relay, target, upstream_unreachable

@@ -20,12 +20,12 @@ from starlette.responses import JSONResponse, Response
 
 from ..finish import Status
 from ..streams.access import credential_hash, new_stream_id, new_stream_token, secret_hash
+from ..streams.idempotency import PendingKeys, idempotency_hash, request_hash
 from ..streams.journal import Journal, StreamMeta, StreamRecord, StreamState
+from ..streams.limits import DRAINING, Refusal, StreamSlots
 from ..streams.logs import log_event
 from .config import ProxyConfig
-from .idempotency import PendingKeys, idempotency_hash, request_hash
 from .lease import LeaseKeeper, Recovery, reattachable
-from .limits import DRAINING, Refusal, StreamSlots
 from .metrics import ProxyMetrics
 from .reattach import continue_upstream
 from .relay import relay, target, upstream_unreachable

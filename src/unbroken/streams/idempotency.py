@@ -20,7 +20,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from ..streams.access import secret_hash
+from .access import secret_hash
 
 __all__ = ["IDEMPOTENCY_HEADER", "PendingKeys", "idempotency_hash", "request_hash"]
 
