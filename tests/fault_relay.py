@@ -24,9 +24,14 @@ closed too), ``half_close`` (FIN towards the receiving side, the target connecti
 ``send`` with ``seconds`` between them), ``delay`` (every later read held ``seconds`` before it is
 forwarded). A connection may carry several faults; they apply in order of position.
 
-Faults come from ``plan(n)`` for the n-th connection (0-based), from ``relay.next_connection(...)``
-(a queue that wins over the plan), or on command for connections already open
+Faults come from ``plan(n)`` for the n-th connection (0-based), from ``relay.queue(...)`` (for the
+next one; wins over the plan), or on command for connections already open
 (``relay.apply_now(fault)``, ``after`` counted from what each has forwarded so far).
+
+``unit="exchange"`` makes the plan and the queue per HTTP exchange instead: a request that starts
+on a connection after a response came back on it (keep-alive reuse, as an HTTP client's pool
+does) is exchange n + 1, its faults' ``after`` counted from the start of that exchange, and any
+fault of the previous exchange not yet applied is dropped.
 
 Bounded: at most ``max_open`` connections at once (more are refused and counted), every wait is
 interruptible, and the relay stops by itself after ``lifetime`` seconds; leaving the ``with``
@@ -181,6 +186,8 @@ class _Connection:
         self.target = target
         self.lock = threading.Lock()
         self.closed = False
+        self.fresh = True  # no exchange yet
+        self.responded = False
         self.pumps: dict[Direction, _Pump] = {"response": _Pump("response"),
                                               "request": _Pump("request")}
         for fault in faults:
@@ -221,6 +228,25 @@ class _Connection:
         _shut(source)
         source.close()
 
+    def _note_exchange(self, direction: Direction) -> None:
+        """Request bytes after response bytes start a new exchange with its own faults."""
+        with self.lock:
+            if direction == "response":
+                self.responded = True
+                return
+            if not (self.responded or self.fresh):
+                return
+            self.responded = self.fresh = False
+        faults = self.relay.next_exchange()
+        with self.lock:
+            for pump in self.pumps.values():
+                pump.faults.clear()
+                pump.delay = 0.0
+                pump.trickle_left = 0
+                pump.past_head, pump.head_tail = False, b""
+            for fault in faults:
+                self.pumps[fault.direction].add(fault, relative=True)
+
     def _ends(self, direction: Direction) -> tuple[socket.socket, socket.socket]:
         """(source, destination) of a direction."""
         if direction == "response":
@@ -242,6 +268,8 @@ class _Connection:
                     destination.shutdown(socket.SHUT_WR)
                     keep_open = direction == "request"
                     return
+                if self.relay.unit == "exchange":
+                    self._note_exchange(direction)
                 if pump.delay and self.relay.stopping.wait(pump.delay):
                     return
                 ended = self._forward(pump, data, destination)
@@ -332,9 +360,11 @@ class FaultRelay:
     """Forward 127.0.0.1:``port`` to ``target_host``:``target_port``, breaking it as planned."""
 
     def __init__(self, target_port: int, *, target_host: str = "127.0.0.1",
-                 plan: Plan | None = None, max_open: int = 256,
-                 lifetime: float = 600.0) -> None:
+                 plan: Plan | None = None, unit: Literal["connection", "exchange"] = "connection",
+                 max_open: int = 256, lifetime: float = 600.0) -> None:
         self.target = (target_host, target_port)
+        self.unit = unit
+        self._exchanges = 0
         self._plan = plan
         self._queued: list[Sequence[Fault]] = []
         self._max_open = max_open
@@ -373,8 +403,8 @@ class FaultRelay:
         with self._lock:
             self._plan = plan
 
-    def next_connection(self, *faults: Fault) -> None:
-        """Faults for the next connection accepted (queued; wins over the plan)."""
+    def queue(self, *faults: Fault) -> None:
+        """Faults for the next connection (or exchange) that starts; wins over the plan."""
         with self._lock:
             self._queued.append(faults)
 
@@ -427,6 +457,13 @@ class FaultRelay:
         """Wait (bounded) until the relay accepts no more connections."""
         self._acceptor.join(timeout)
 
+    def next_exchange(self) -> Sequence[Fault]:
+        """The faults of an exchange that starts now (``unit="exchange"``)."""
+        with self._lock:
+            index = self._exchanges
+            self._exchanges += 1
+        return self._faults_for(index)
+
     def _faults_for(self, index: int) -> Sequence[Fault]:
         with self._lock:
             if self._queued:
@@ -467,7 +504,8 @@ class FaultRelay:
             with self._lock:
                 index = self._connections
                 self._connections += 1
-            connection = _Connection(self, client, target, self._faults_for(index))
+            faults = self._faults_for(index) if self.unit == "connection" else ()
+            connection = _Connection(self, client, target, faults)
             with self._lock:
                 self._open.add(connection)
                 self._all.append(connection)

@@ -174,7 +174,7 @@ def test_plan_queue_and_commands() -> None:
         hold.set()
         assert fetch(relay.port) == (RESPONSE[:3], "reset")  # connection 0: planned
         assert fetch(relay.port) == (RESPONSE, "eof")  # connection 1: clean
-        relay.next_connection(Fault.half_close(after=9))
+        relay.queue(Fault.half_close(after=9))
         assert fetch(relay.port) == (RESPONSE[:9], "eof")  # queued wins over the plan
         relay.set_plan(None)
         assert fetch(relay.port) == (RESPONSE, "eof")
@@ -194,7 +194,7 @@ def test_plan_queue_and_commands() -> None:
             with pytest.raises(ConnectionResetError):
                 while sock.recv(4096):
                     pass
-        relay.next_connection()
+        relay.queue()
         with socket.create_connection(("127.0.0.1", relay.port), timeout=10) as sock:
             sock.sendall(REQUEST)
             for _ in range(500):  # bounded
@@ -230,3 +230,46 @@ def test_bounded_open_connections_and_lifetime() -> None:
             relay.join_acceptor()
             with pytest.raises(ConnectionRefusedError):
                 fetch(relay.port)
+
+
+def test_per_exchange_faults_on_a_reused_connection() -> None:
+    # A keep-alive target: answers every request on the connection until the client closes.
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while True:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+                while b"\r\n\r\n" in data:
+                    _, _, data = data.partition(b"\r\n\r\n")
+                    conn.sendall(RESPONSE)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    faults = {1: [Fault.reset(after=len(HEAD) + 2, cut=Cut.INSIDE_CHAR)]}
+    with FaultRelay(listener.getsockname()[1], unit="exchange",
+                    plan=lambda n: faults.get(n, [])) as relay:
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=10) as sock:
+            for exchange in range(2):
+                sock.sendall(REQUEST)
+                got = b""
+                try:
+                    while len(got) < len(RESPONSE):
+                        chunk = sock.recv(4096)
+                        assert chunk
+                        got += chunk
+                except ConnectionResetError:
+                    assert exchange == 1
+                    # Counted from the start of exchange 1: inside the first character.
+                    assert got == RESPONSE[:len(HEAD) + 7]
+                else:
+                    assert (exchange, got) == (0, RESPONSE)
+        assert relay.stats().faults == {"reset": 1}
+    thread.join(10)
+    listener.close()
