@@ -7,7 +7,6 @@ import pytest
 from unbroken.errors import ProxyInterrupted
 from unbroken.finish import Status
 from unbroken.framing import SSEDecoder
-from unbroken.proxy.journal import FrameRecord
 from unbroken.proxy.wire import (
     KEEPALIVE_COMMENT,
     Downstream,
@@ -18,6 +17,7 @@ from unbroken.proxy.wire import (
 )
 from unbroken.receiver import StreamReceiver
 from unbroken.resumption import ProxyMark
+from unbroken.streams.journal import FrameRecord
 
 DIALECTS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
 

@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..dialects import get_dialect
+from ..dialects import DIALECT_NAMES, Dialect, get_dialect
 from ..jsonparse import dumps_compact
 from ..resumption import PROXY_DOMAIN, ProxyMark, event_id_prefix, proxy_error, proxy_mark
-from .journal import FrameRecord
+from ..streams.journal import FrameRecord
 
 __all__ = [
     "KEEPALIVE_COMMENT",
@@ -107,7 +107,7 @@ def error_frame(dialect: str, seq: int, mark: ProxyMark,
     """A frame the proxy writes itself (``resumption.py``: the dialect's error shape, so the
     official SDKs raise instead of ending quietly on half a sentence, with the proxy's mark);
     its receive time is now, when the proxy made it."""
-    event, payload = proxy_error(get_dialect(dialect), mark, provider_seq)
+    event, payload = proxy_error(_shaper(dialect), mark, provider_seq)
     return FrameRecord(seq, event, dumps_compact(payload).encode(), "", time.time())
 
 
@@ -120,11 +120,17 @@ def proxy_error_message(dialect: str, frame: FrameRecord) -> str | None:
         payload = json.loads(frame.data)
     except ValueError:
         return None
-    mark = proxy_mark(get_dialect(dialect), payload)
+    mark = proxy_mark(_shaper(dialect), payload)
     return None if mark is None else mark.message
 
 
 def error_body(dialect: str | None, status: int, message: str) -> dict[str, Any]:
     """A whole (non-streamed) error body in the dialect's format, for the proxy's own errors;
     the OpenAI shape where no dialect applies (``GET /v1/streams``)."""
-    return get_dialect(dialect or "openai-chat").error_body(status, message)
+    return _shaper(dialect).error_body(status, message)
+
+
+def _shaper(dialect: str | None) -> Dialect:
+    """Whose error shape the proxy's frame or body takes: the provider's, else the OpenAI one
+    (no dialect: ``GET /v1/streams``; an app stream of ``unbroken.server`` in the journal)."""
+    return get_dialect(dialect if dialect in DIALECT_NAMES else "openai-chat")
