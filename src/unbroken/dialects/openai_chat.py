@@ -170,7 +170,7 @@ class OpenAIChatDialect(SSEDialect):
 
     def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
         error = payload.get("error") if payload.__class__ is dict else None
-        return _marked(error, domain)
+        return None if error is None else _marked(error, domain)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "server_error"
