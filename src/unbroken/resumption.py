@@ -3,8 +3,8 @@
 Everything the proxy, the client and the receiver must agree on to resume a stream lives here,
 once: the event id ``<stream_id>:<seq>`` (``event_id`` builds it, ``parse_event_id`` reads it),
 the header names, the mark an unbroken proxy puts on the frames it writes itself, and the
-client's decision after a failed attempt (``DECISIONS``). Sans-I/O: standard library only, no
-clock.
+client's decision after a failed attempt (``DECISIONS``). Sans-I/O: the standard library and
+the core's errors only, no clock.
 
 The proxy's own frames. When a stream or a response ends without its upstream finishing it,
 the proxy writes one last frame in the dialect's error shape (so that the official SDKs raise

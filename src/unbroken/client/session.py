@@ -351,13 +351,16 @@ class StreamSession:
         self._kind = "retry"
         self.receiver = StreamReceiver(self.dialect, trace=self.trace)
         new = self.message
-        new.generations = old.generations + again
-        new.earlier_response_ids = [*old.earlier_response_ids, *([old.id] if again else [])]
+        new.generations = old.generations
+        new.earlier_response_ids = list(old.earlier_response_ids)
         new.warnings += [w for w in old.warnings if w.code == "regenerated"]
         if again:
+            new.generations += 1
+            new.earlier_response_ids.append(old.id)
+            # Through a proxy its word comes first: its stream ended, with nothing shown.
             cause = old.error if isinstance(old.error, ProxyInterrupted) else error
-            where = f" (the proxy's stream {stream} ended {old.status.value} with no content)" \
-                if isinstance(cause, ProxyInterrupted) and stream else ""
+            where = (f" (the proxy's stream {stream} ended {old.status.value} with no content)"
+                     if isinstance(cause, ProxyInterrupted) and stream else "")
             new.warn("regenerated", f"generation {new.generations} started: generation "
                      f"{old.generations} (response id {old.id}) was answered, then "
                      f"{type(cause).__name__}: {cause}{where}, before any content")
