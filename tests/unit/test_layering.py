@@ -36,6 +36,7 @@ OPTIONAL = [
     "unbroken.dialects",
     "unbroken.jsonparse",
     "unbroken.message",
+    "unbroken.normalized_sse",
     "unbroken.parsing",
     "unbroken.proxy_notice",
     "unbroken.receiver",

@@ -10,7 +10,9 @@ Routes
 ``GET  /v1/streams/{id}``                  status, finish reason, text, last seq, usage, error
 ``POST /v1/streams/{id}/cancel``           stop the generation (status ``cancelled``)
 ``GET  /v1/streams/{id}/events``           SSE with ids for any dialect; ``Last-Event-ID`` or
-                                           ``?after=``; ``?token=`` for ``EventSource``
+                                           ``?after=``; ``?token=`` for ``EventSource``;
+                                           ``?format=unbroken``: normalized events
+                                           (normalized_body.py)
 ``GET  /v1/streams/{id}/capture``          the stream as a capture file, each frame at its
                                            receive time, for ``unbroken inspect`` (evidence.py)
 anything else                              forwarded to its provider's origin; the streaming
@@ -39,6 +41,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..finish import Status
+from ..normalized_sse import asks_for_normalized
 from .access import may_read, parse_event_id
 from .config import ProxyConfig
 from .cors import SERVED_METHODS, CORSStarlette, cors_options
@@ -51,6 +54,7 @@ from .limits import Refusal, body_refusal, read_body
 from .listing import list_own_streams
 from .logs import install_redaction, log_event
 from .metrics import CONTENT_TYPE, ProxyMetrics
+from .normalized_body import normalized_response
 from .relay import not_found, relay, target, upstream_unreachable
 from .replay import events_cursor, stream_response
 from .routing import Endpoint, endpoint_for, request_headers, wants_stream
@@ -228,6 +232,12 @@ class ProxyApp:
     async def events(self, request: Request) -> Response:
         stream_id = request.path_params["stream_id"]
         eventsource = "text/event-stream" in request.headers.get("accept", "")
+        try:
+            normalized = asks_for_normalized(request.query_params.get("format"),
+                                             request.headers.get("accept", ""))
+        except ValueError as exc:
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}},
+                                status_code=400)
         record = await self.journal.get(stream_id, with_text=False)
         if record is None:
             # Purged after its retention: its owner's EventSource is told to stop (204).
@@ -256,6 +266,9 @@ class ProxyApp:
             record = await self.journal.get(stream_id, with_text=False) or record
         if after:
             self.metrics.resumes += 1
+        if normalized:  # even after the last frame: the reader gets the end alone
+            return normalized_response(self.journal, stream_id, record.meta.dialect, after,
+                                       keepalive=self.config.keepalive)
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=True, retry_ms=self.config.retry_ms)
         if record.state.ended and after >= record.state.last_seq and not reattachable(record):
