@@ -13,6 +13,7 @@ Routes
                                            ``?after=``; ``?token=`` for ``EventSource``;
                                            ``?format=unbroken``: normalized events
                                            (normalized_body.py)
+``GET  /unbroken.js``                      the browser module (``unbroken.web``)
 ``GET  /v1/streams/{id}/capture``          the stream as a capture file, each frame at its
                                            receive time, for ``unbroken inspect`` (evidence.py)
 anything else                              forwarded to its provider's origin; the streaming
@@ -42,6 +43,7 @@ from starlette.routing import Route
 
 from ..finish import Status
 from ..normalized_sse import asks_for_normalized
+from ..web import SCRIPT_PATH, script_response
 from .access import may_read, parse_event_id
 from .config import ProxyConfig
 from .cors import SERVED_METHODS, CORSStarlette, cors_options
@@ -388,6 +390,7 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
         Route("/v1/streams/{stream_id}/cancel", proxy.cancel, methods=["POST"]),
         Route("/v1/streams/{stream_id}/events", proxy.events, methods=["GET"]),
         Route("/v1/streams/{stream_id}/capture", capture, methods=["GET"]),
+        Route(SCRIPT_PATH, script_response, methods=["GET"]),
         Route("/{path:path}", proxy.forward, methods=SERVED_METHODS),
     ]
     app = CORSStarlette(routes=routes, lifespan=proxy.lifespan,
