@@ -17,6 +17,7 @@ def fold_normalized(body: bytes, stream_id: str) -> dict[str, Any]:
                            "statuses": []}
     for event in events:
         assert event.event in KINDS, event
+        assert event.block_id is not None, "every event carries its id"
         named, _, seq = event.block_id.rpartition(":")
         assert named == stream_id
         assert out["end"] is None, "nothing may follow the end"

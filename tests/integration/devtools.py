@@ -20,9 +20,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
-
 from tests.integration.test_browser_eventsource import CHROMIUM_FLAGS
+from websockets.asyncio.client import ClientConnection, connect
 
 CALL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 60.0

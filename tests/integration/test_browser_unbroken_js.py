@@ -12,7 +12,9 @@ Needs the ``chromium`` package; skipped without it unless ``UNBROKEN_REQUIRE_BRO
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tests.integration.devtools import Page, chromium_page
@@ -103,7 +105,8 @@ END_STATES = {
     "filtered": ("seed=3; tokens=12; delay_ms=10; finish=content_filter", reply_text(3, 12),
                  "⊘", "filtered: content_filter", None),
     "failed": ("seed=4; tokens=12; delay_ms=10; error_at=6", CHAT.text_after(4, 12, 5), "✕",
-               "The server had an error while processing your request. Sorry about that!", "Resend"),
+               "The server had an error while processing your request. Sorry about that!",
+               "Resend"),
     "interrupted": ("seed=5; tokens=12; delay_ms=10; drop_after=6", CHAT.text_after(5, 12, 6),
                     "⚠", "output interrupted — resend", "Resend"),
 }
@@ -221,8 +224,74 @@ def test_a_dropped_connection_resumes_without_a_duplicate(chromium: str,  # noqa
     assert shown["state"] == "completed"
     assert shown["answer"] == reply_text(9, 30)
     assert shown["connections"] == 2
-    assert [state["name"] for state in shown["states"]][:3] == [
-        "connecting", "streaming", "reconnecting"]
+    names = [state["name"] for state in shown["states"]]
+    assert names[names.index("reconnecting"):] == ["reconnecting", "streaming", "completed"]
+    assert mock_counts(mock_server)["generations"] == {"/v1/chat/completions": 1}
+
+
+class Breaker:
+    """While ``broken``: the events response being sent is cut at its next chunk, and new
+    events requests are answered 503 (a server that went away and comes back)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.broken = threading.Event()
+        self.refused = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith("/events"):
+            await self.app(scope, receive, send)
+            return
+        if self.broken.is_set():
+            self.refused += 1
+            await Response("down for a moment", status_code=503)(scope, receive, send)
+            return
+
+        async def breakable(message: Message) -> None:
+            if message["type"] == "http.response.body" and self.broken.is_set():
+                raise ConnectionAbortedError("cut on purpose by the test")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, breakable)
+        except ConnectionAbortedError:
+            pass
+
+
+def test_a_tab_shown_again_reconnects_at_once(chromium: str, mock_server: str,  # noqa: F811
+                                              tmp_path: Path) -> None:
+    """Hidden (another tab in front) while the server is away, the page waits out a long
+    reconnect delay; shown again, it reconnects at once instead of after that delay."""
+    breakers: list[Breaker] = []
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        breakers.append(Breaker(app))
+        return breakers[0]
+
+    async def scenario(origin: str) -> tuple[dict[str, Any], list[str]]:
+        async with chromium_page(chromium, tmp_path / "profile") as page:
+            await page.goto(origin + "/?" + urlencode({"backoff_ms": 60000, "retries": 3}))
+            await page.evaluate("window.seen = []; document.addEventListener('visibilitychange',"
+                                " () => seen.push(document.visibilityState)); 1")
+            await send(page, "seed=14; tokens=60; delay_ms=40")
+            await seq_at_least(page, 6)
+            other = await page.call("Target.createTarget", {"url": "about:blank"},
+                                    session=False)
+            breakers[0].broken.set()
+            await page.wait_for("window.unbrokenDemo.stream.state.name === 'reconnecting'",
+                                WAIT_S, "reconnecting")
+            breakers[0].broken.clear()
+            await page.call("Target.closeTarget", {"targetId": other["targetId"]},
+                            session=False)
+            # Far less than the 60 s reconnect delay: the tab shown again woke it.
+            shown = await ended(page, timeout=20)
+            return shown, await page.evaluate("window.seen")
+
+    with demo(mock_server, wrap=wrap) as origin:
+        shown, seen = run(scenario(origin))
+    assert seen == ["hidden", "visible"]
+    assert (shown["state"], shown["answer"]) == ("completed", reply_text(14, 60))
+    assert shown["connections"] == 2
     assert mock_counts(mock_server)["generations"] == {"/v1/chat/completions": 1}
 
 
@@ -279,7 +348,7 @@ def test_interrupted_only_after_the_retry_budget(chromium: str, mock_server: str
 
     with demo(mock_server) as origin:
         shown = run(scenario(origin))
-    names = [(state["name"], state["attempt"]) for state in shown["states"]]
+    names = [(state["name"], state.get("attempt")) for state in shown["states"]]
     assert names[-4:] == [("reconnecting", 1), ("reconnecting", 2), ("reconnecting", 3),
                           ("interrupted", None)]
     assert (shown["notice"], shown["action"]) == ("output interrupted — resend", "Resend")
@@ -299,9 +368,28 @@ BAD_BODIES = {
 }
 
 
+# A good body written in pieces cut inside UTF-8 characters, with a frame sent twice: the
+# emoji 👩‍💻 (woman, ZWJ, laptop) arrives in two deltas.
+SPLIT_BODY = "".join(
+    f"event: {kind}\nid: ub_split:{seq}\ndata: {data}\n\n" for kind, seq, data in (
+        ("delta", 1, '{"text":"a👩","status":"streaming"}'),
+        ("delta", 2, '{"text":"\u200d💻 b"}'),
+        ("delta", 2, '{"text":"\u200d💻 b"}'),
+        ("end", 2, '{"status":"completed","finish_reason":"stop","raw_finish_reason":"stop",'
+                   '"error":null,"frames":2,"chars":6}'),
+    )).encode()
+
+
 @contextmanager
 def bad_server() -> Iterator[str]:
     async def events(request: Request) -> Response:
+        if request.path_params["case"] == "split":
+            async def pieces() -> AsyncIterator[bytes]:
+                for start in range(0, len(SPLIT_BODY), 7):  # 7 bytes: cuts inside characters
+                    yield SPLIT_BODY[start:start + 7]
+                    await asyncio.sleep(0.01)
+
+            return StreamingResponse(pieces(), media_type="text/event-stream")
         status, body = BAD_BODIES[request.path_params["case"]]
         return Response(body, status_code=status, media_type="text/event-stream")
 
@@ -324,17 +412,18 @@ def test_bad_input_fails_with_its_reason(chromium: str, tmp_path: Path) -> None:
     async def scenario(origin: str) -> dict[str, Any]:
         async with chromium_page(chromium, tmp_path / "profile") as page:
             await page.goto(origin + "/")
-            return await page.evaluate("""(async () => {
+            got: dict[str, Any] = await page.evaluate("""(async () => {
                 const { attach } = await import('/unbroken.js');
                 const out = {};
-                for (const name of %s) {
+                for (const name of NAMES) {
                     const s = attach('/' + name, 'ub_bad', {retries: 2, backoffMs: 10});
                     await s.done;
                     out[name] = {state: s.state.name, reason: s.state.reason ?? null,
                                  httpStatus: s.state.httpStatus ?? null,
                                  connections: s.connections};
                 }
-                return out; })()""" % list(BAD_BODIES))
+                return out; })()""".replace("NAMES", json.dumps(list(BAD_BODIES))))
+            return got
 
     with bad_server() as origin:
         got = run(scenario(origin))
@@ -353,6 +442,29 @@ def test_bad_input_fails_with_its_reason(chromium: str, tmp_path: Path) -> None:
                     "reason": "unbroken proxy: no stream ub_bad"},
     }
     assert got["malformed"]["reason"].startswith("malformed frame 1: ")
+
+
+def test_split_characters_graphemes_and_a_repeated_frame(chromium: str,  # noqa: F811
+                                                         tmp_path: Path) -> None:
+    async def scenario(origin: str) -> dict[str, Any]:
+        async with chromium_page(chromium, tmp_path / "profile") as page:
+            await page.goto(origin + "/")
+            got: dict[str, Any] = await page.evaluate("""(async () => {
+                const { attach } = await import('/unbroken.js');
+                const s = attach('/split', 'ub_split', {graphemes: true});
+                const visible = [];
+                s.addEventListener('change', () => visible.push(s.visibleText));
+                await s.done;
+                return {state: s.state.name, text: s.text, visible: visible,
+                        duplicates: s.duplicates, lastSeq: s.lastSeq}; })()""")
+            return got
+
+    with bad_server() as origin:
+        got = run(scenario(origin))
+    assert (got["state"], got["text"], got["duplicates"], got["lastSeq"]) == (
+        "completed", "a👩\u200d💻 b", 1, 2)
+    # Never half a character, never half an emoji: 👩 alone is held back until its end came.
+    assert got["visible"] == ["", "a", "a👩\u200d💻 ", "a👩\u200d💻 b"]
 
 
 def test_a_page_of_another_origin_uses_the_proxy(chromium: str, mock_server: str,  # noqa: F811

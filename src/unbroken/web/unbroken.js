@@ -10,7 +10,7 @@
 // It reads GET /v1/streams/{id}/events?format=unbroken with fetch and a streaming reader (so an
 // Authorization header works; or the stream token as ?token=), and parses the SSE itself. After a
 // network error, a body that ended early, a content-idle stall (the watchdog: keep-alives do not
-// count), `online` or a tab shown again, it resumes with Last-Event-ID = the last seq it
+// count), going `offline`, `online` again or a tab shown again, it resumes with Last-Event-ID = the last seq it
 // committed; it never sends the starting POST again. A frame whose seq it has is dropped.
 //
 // One state, `stream.state.name`: connecting, streaming, reconnecting (`attempt`, `delayMs`),
@@ -52,11 +52,15 @@ export class UnbrokenStream extends EventTarget {
     this.state = { name: "connecting", attempt: 0 };
     this._controller = null;
     this._wake = null;
-    this._stalled = false;
+    this._dropped = null;
     this._lastContent = performance.now();
     this._onOnline = () => this._resumeNow(false);
+    // The device went offline: a connection may hang without an error, so it is given up now
+    // (its frames are kept) and resumed by Last-Event-ID once a reconnect gets through.
+    this._onOffline = () => { if (this.state.name === "streaming") this._drop("offline"); };
     this._onVisible = () => { if (document.visibilityState === "visible") this._resumeNow(true); };
     addEventListener("online", this._onOnline);
+    addEventListener("offline", this._onOffline);
     document.addEventListener("visibilitychange", this._onVisible);
     const refused = this.options.refused;
     this.done = refused ? Promise.resolve(this._finish("failed", refused)) : this._run();
@@ -114,6 +118,7 @@ export class UnbrokenStream extends EventTarget {
 
   _detach() {
     removeEventListener("online", this._onOnline);
+    removeEventListener("offline", this._onOffline);
     document.removeEventListener("visibilitychange", this._onVisible);
     this._wake?.();
   }
@@ -123,10 +128,10 @@ export class UnbrokenStream extends EventTarget {
   _resumeNow(visible) {
     if (this.ended) return;
     if (this.state.name === "reconnecting") this._wake?.();
-    else if (visible && performance.now() - this._lastContent > this.options.idleMs) this._stall();
+    else if (visible && performance.now() - this._lastContent > this.options.idleMs) this._drop("stalled");
   }
 
-  _stall() { this._stalled = true; this._controller?.abort(); }
+  _drop(why) { this._dropped = why; this._controller?.abort(); }
 
   async _run() {
     let attempt = 0;
@@ -135,7 +140,8 @@ export class UnbrokenStream extends EventTarget {
       try {
         problem = await this._read(attempt);
       } catch (error) {
-        problem = this._stalled ? `no content for ${this.options.idleMs} ms` : `network: ${error.message || error}`;
+        problem = this._dropped === "stalled" ? `no content for ${this.options.idleMs} ms`
+          : this._dropped === "offline" ? "the device went offline" : `network: ${error.message || error}`;
       }
       if (this.ended) return;
       if (this._progress) attempt = 0;
@@ -157,13 +163,14 @@ export class UnbrokenStream extends EventTarget {
   // One connection: the frames after lastSeq until the end, or a reason to reconnect.
   async _read(attempt) {
     const controller = this._controller = new AbortController();
-    this._stalled = false;
+    this._dropped = null;
     this._progress = false;
     const headers = { ...this.options.headers, accept: "text/event-stream; profile=unbroken" };
     if (this.lastSeq > 0) headers["last-event-id"] = `${this.streamId}:${this.lastSeq}`;
     if (attempt === 0 && this.connections === 0) this._set({ name: "connecting", attempt: 0 });
-    let watchdog = setTimeout(() => this._stall(), this.options.idleMs);
-    const rearm = () => { clearTimeout(watchdog); watchdog = setTimeout(() => this._stall(), this.options.idleMs); };
+    const stall = () => this._drop("stalled");
+    let watchdog = setTimeout(stall, this.options.idleMs);
+    const rearm = () => { clearTimeout(watchdog); watchdog = setTimeout(stall, this.options.idleMs); };
     try {
       this.connections += 1;
       const response = await fetch(this._url("events", { format: "unbroken" }),
