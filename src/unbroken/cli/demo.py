@@ -10,6 +10,9 @@ loopback ports. Two streams run through them with faults:
 
 Then it checks, for each: the text equals the reference exactly, zero duplicated characters, one
 upstream generation. Exit 0 only if every check holds.
+
+``--web`` instead serves the chat page of ``unbroken.web`` on the proxy's origin (mock upstream
+behind it, a fault picker for every end state) until Ctrl-C.
 """
 
 from __future__ import annotations
