@@ -119,7 +119,8 @@ class NormalizedEncoder:
     """One stream's committed frames in, the normalized format's bytes out.
 
     ``frame(seq, events)`` commits a frame's events to ``message`` (a duplicate or a frame the
-    state machine rejects changes nothing and sends nothing) and returns its SSE event, or
+    state machine rejects changes nothing and sends nothing) and returns its SSE event (or
+    ``committed`` for a frame the message already has), or
     ``b""`` when it says nothing or its seq is not above ``after`` (the reader has it: a
     resume still feeds every frame from the first, so that counts and state are whole).
     ``close(error, cancelled=...)`` ends the message and returns the ``end`` event;
@@ -139,9 +140,15 @@ class NormalizedEncoder:
     def frame(self, seq: int, events: Sequence[Event]) -> bytes:
         if self.ended:
             raise ValueError("frame() after the end was encoded")
-        message = self.message
-        if not message.commit(seq, events):
+        if not self.message.commit(seq, events):
             return b""
+        return self.committed(seq, events)
+
+    def committed(self, seq: int, events: Sequence[Event]) -> bytes:
+        """Like ``frame``, for a frame that ``message`` already committed (a ``StreamReceiver``
+        built on the same message commits as it parses: one copy of the text, not two)."""
+        if self.ended:
+            raise ValueError("frame() after the end was encoded")
         self.frames += 1
         data: dict[str, Any] = {}
         text = [event.text for event in events if event.__class__ is TextDelta]
@@ -155,7 +162,7 @@ class NormalizedEncoder:
         calls = [_tool_call(event) for event in events if isinstance(event, ToolCallDelta)]
         if calls:
             data["tool_calls"] = calls
-        status = message.status
+        status = self.message.status
         changed = status is not self._status and status not in END_STATES
         if changed:
             self._status = status

@@ -33,7 +33,7 @@ __all__ = ["normalized_response"]
 async def normalized_body(journal: Journal, stream_id: str, dialect: str, after: int,
                           keepalive: float) -> AsyncIterator[bytes]:
     encoder = NormalizedEncoder(stream_id, after=after)
-    receiver = StreamReceiver(dialect, trace=False, framing="sse")
+    receiver = StreamReceiver(dialect, message=encoder.message, framing="sse")
     framing = Downstream(media_type="text/event-stream", dialect=dialect, keepalive=None)
     follow = journal.follow(stream_id, 0, keepalive=keepalive)
     try:
@@ -46,8 +46,8 @@ async def normalized_body(journal: Journal, stream_id: str, dialect: str, after:
             if own and not receiver.finished:
                 for frame in receiver.receive_data(framing.frames(stream_id, own, False),
                                                    time.time()):
-                    if frame.seq >= 0:
-                        out.append(encoder.frame(frame.seq, frame.events))
+                    if frame.committed:
+                        out.append(encoder.committed(frame.seq, frame.events))
             if out:
                 yield b"".join(out)
     finally:
