@@ -368,16 +368,19 @@ BAD_BODIES = {
 }
 
 
-# A good body written in pieces cut inside UTF-8 characters, with a frame sent twice: the
-# emoji 👩‍💻 (woman, ZWJ, laptop) arrives in two deltas.
+# A good body written in pieces cut inside UTF-8 characters and between the CR and LF of a line
+# end, with a frame sent twice: the emoji 👩‍💻 (woman, ZWJ, laptop) arrives in two deltas.
 SPLIT_BODY = "".join(
-    f"event: {kind}\nid: ub_split:{seq}\ndata: {data}\n\n" for kind, seq, data in (
+    f"event: {kind}\r\nid: ub_split:{seq}\r\ndata: {data}\r\n\r\n" for kind, seq, data in (
         ("delta", 1, '{"text":"a👩","status":"streaming"}'),
         ("delta", 2, '{"text":"\u200d💻 b"}'),
         ("delta", 2, '{"text":"\u200d💻 b"}'),
         ("end", 2, '{"status":"completed","finish_reason":"stop","raw_finish_reason":"stop",'
                    '"error":null,"frames":2,"chars":6}'),
     )).encode()
+SPLIT_AT = 7
+assert any(SPLIT_BODY[cut - 1:cut + 1] == b"\r\n" for cut in range(SPLIT_AT, len(SPLIT_BODY),
+                                                                   SPLIT_AT))
 
 
 @contextmanager
@@ -385,8 +388,8 @@ def bad_server() -> Iterator[str]:
     async def events(request: Request) -> Response:
         if request.path_params["case"] == "split":
             async def pieces() -> AsyncIterator[bytes]:
-                for start in range(0, len(SPLIT_BODY), 7):  # 7 bytes: cuts inside characters
-                    yield SPLIT_BODY[start:start + 7]
+                for start in range(0, len(SPLIT_BODY), SPLIT_AT):
+                    yield SPLIT_BODY[start:start + SPLIT_AT]
                     await asyncio.sleep(0.01)
 
             return StreamingResponse(pieces(), media_type="text/event-stream")

@@ -281,16 +281,19 @@ class EventParser {
     this.event = "";
     this.data = [];
     this.id = "";
+    this.skipLF = false;
   }
 
   push(text) {
+    // A CR that ended the last piece ended its line there; an LF right after it is the same
+    // line end (CRLF cut between two reads), not an empty line.
+    if (!text) return;
+    if (this.skipLF && text.startsWith("\n")) text = text.slice(1);
+    this.skipLF = text.endsWith("\r");
     this.buffer += text;
     const lines = this.buffer.split(/\r\n|\r|\n/);
-    // The last piece has no line end yet; a CR at the very end may be half of a CRLF.
-    this.buffer = lines.pop();
-    if (this.buffer === "" && text.endsWith("\r")) this.buffer = "\r";
+    this.buffer = lines.pop();  // no line end yet
     for (const line of lines) this._line(line);
-    if (this.buffer === "\r") this.buffer = "";
   }
 
   _line(line) {
@@ -321,12 +324,18 @@ export function attach(base, streamId, options = {}) {
 // refusal gives a stream already `failed` with the status and the provider's message.
 export async function start(url, { body, headers = {}, base = null, ...options } = {}) {
   const controller = new AbortController();
-  const response = await fetch(url, {
-    method: "POST", signal: controller.signal,
-    headers: { "content-type": "application/json", ...headers },
-    body: typeof body === "string" ? body : JSON.stringify(body),
-  });
   const origin = base ?? new URL(url, location.href).origin;
+  let response;
+  try {
+    response = await fetch(url, {
+      method: "POST", signal: controller.signal,
+      headers: { "content-type": "application/json", ...headers },
+      body: typeof body === "string" ? body : JSON.stringify(body),
+    });
+  } catch (error) {  // nothing was started (or nothing can tell which stream): not resent
+    return new UnbrokenStream(origin, "", { ...options, headers,
+      refused: { httpStatus: null, reason: `network: ${error.message || error}` } });
+  }
   const streamId = response.headers.get("Unbroken-Stream-Id");
   if (!response.ok || !streamId) {
     const reason = response.ok ? "the response has no Unbroken-Stream-Id: not an unbroken proxy?"
