@@ -133,3 +133,30 @@ def test_the_live_tail_in_the_normalized_format(mock_server: str) -> None:
     assert got["text"] == reply_text(2, 20)
     assert got["end"]["status"] == "completed"
     assert mock_counts(mock_server)["generations"] == {"/v1/chat/completions": 1}
+
+
+def test_a_cancel_ends_the_live_tail_cancelled(mock_server: str) -> None:
+    call = CALLS["anthropic"]
+    with running_proxy(mock_server) as (proxy, _app):
+        with httpx2.stream("POST", proxy + call.path, json=call.body,
+                           headers=call.headers("seed=3; tokens=400; delay_ms=20"),
+                           timeout=10) as created:
+            stream_id = created.headers["unbroken-stream-id"]
+        body = b""
+        cancels = 0
+        with httpx2.stream("GET", f"{proxy}/v1/streams/{stream_id}/events?format=unbroken",
+                           headers={"authorization": f"Bearer {KEY}"}, timeout=10) as response:
+            for chunk in response.iter_raw():
+                body += chunk
+                if not cancels and body.count(b"event: delta") >= 3:
+                    cancels += 1
+                    cancelled = httpx2.post(f"{proxy}/v1/streams/{stream_id}/cancel",
+                                            headers={"authorization": f"Bearer {KEY}"},
+                                            timeout=10)
+                    assert cancelled.status_code == 200
+        status = stream_status(proxy, stream_id)
+    got = fold_normalized(body, stream_id)
+    assert status["status"] == "cancelled"
+    assert got["end"]["status"] == "cancelled"
+    assert got["text"] == status["text"]
+    assert 0 < len(got["text"]) < len(reply_text(3, 400))
