@@ -18,7 +18,7 @@ Frames with nothing to show (pings, usage, the ``[DONE]`` marker) send nothing; 
 skipped, which a reader deduplicating by "seq above the last one" does not notice.
 
 ``NormalizedEncoder`` is sans-I/O: committed frames in (``frame(seq, events)``), bytes out; the
-proxy's events endpoint and ``unbroken.server`` both drive it.
+proxy's events endpoint drives it, and ``unbroken.server`` can for its own streams.
 """
 
 from __future__ import annotations
