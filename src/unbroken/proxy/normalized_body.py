@@ -22,8 +22,8 @@ from starlette.responses import StreamingResponse
 
 from ..normalized_sse import MEDIA_TYPE, NormalizedEncoder, StreamEnding
 from ..receiver import StreamReceiver
-from .journal import Journal
-from .lease import reattachable
+from ..streams.journal import Journal
+from .producer_lost import reattachable
 from .replay import SSE_HEADERS
 from .wire import KEEPALIVE_COMMENT, Downstream, proxy_error_message
 
