@@ -24,6 +24,7 @@ export const END_STATES = Object.freeze(
   ["completed", "truncated", "filtered", "interrupted", "failed", "cancelled"]);
 const KINDS = new Set(["status", "delta", "end"]);
 const RETRYABLE_HTTP = new Set([408, 425, 429]);
+let segmenter = null;
 
 const DEFAULTS = {
   token: null,        // the stream token (Unbroken-Stream-Token), sent as ?token=
@@ -72,17 +73,24 @@ export class UnbrokenStream extends EventTarget {
   // family emoji or a flag may arrive in pieces; the next delta or the end shows it whole).
   get visibleText() {
     if (!this.options.graphemes || this.ended || !this.text) return this.text;
-    const tail = this.text.slice(-64);
+    const tail = this.text.slice(-64);  // far longer than any grapheme cluster
     let last = 0;
-    for (const { index } of new Intl.Segmenter(undefined, { granularity: "grapheme" }).segment(tail)) last = index;
+    segmenter ??= new Intl.Segmenter(undefined, { granularity: "grapheme" });
+    for (const { index } of segmenter.segment(tail)) last = index;
     return this.text.slice(0, this.text.length - tail.length + last);
   }
 
   // Stop the generation (POST /v1/streams/{id}/cancel); the state becomes `cancelled` (or the
-  // end the stream reached first). Resolves to the cancel response's status.
+  // end the stream reached first). Resolves to the cancel response's status (null: not sent,
+  // or the network failed: the stream goes on, and stop() may be called again).
   async stop() {
     if (this.ended) return null;
-    const response = await fetch(this._url("cancel"), { method: "POST", headers: this.options.headers });
+    let response;
+    try {
+      response = await fetch(this._url("cancel"), { method: "POST", headers: this.options.headers });
+    } catch {
+      return null;
+    }
     if (!this.ended && response.ok) {
       const summary = await response.json();
       if (typeof summary.text === "string") this.text = summary.text;
