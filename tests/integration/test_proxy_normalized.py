@@ -5,6 +5,9 @@ stream the upstream broke (not the ``failed`` its provider-shaped error frame wo
 
 from __future__ import annotations
 
+import asyncio
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -20,8 +23,12 @@ from tests.integration.test_proxy_support import (
 )
 from tests.normalized_reading import fold_normalized
 
+from unbroken.finish import Status
 from unbroken.mock import reply_text
 from unbroken.normalized_sse import MEDIA_TYPE
+from unbroken.streams.access import secret_hash
+from unbroken.streams.app_stream import APP_DIALECT
+from unbroken.streams.journal import StreamMeta, StreamState, journal_for
 
 pytestmark = pytest.mark.integration
 
@@ -160,3 +167,29 @@ def test_a_cancel_ends_the_live_tail_cancelled(mock_server: str) -> None:
     assert got["end"]["status"] == "cancelled"
     assert got["text"] == status["text"]
     assert 0 < len(got["text"]) < len(reply_text(3, 400))
+
+
+def test_an_app_stream_is_refused_by_name(mock_server: str, tmp_path: Path) -> None:
+    """A stream of ``unbroken.server`` in a journal the proxy shares: its frames are the app's
+    own, not a provider's, so the proxy does not pretend to normalize them."""
+    store = f"sqlite:///{tmp_path}/journal.db"
+    stream_id, token = "ub_" + "ab" * 12, "ubt_app-stream-token"
+
+    async def create_app_stream() -> None:
+        journal = journal_for(store)
+        await journal.open()
+        try:
+            await journal.create(
+                StreamMeta(stream_id=stream_id, dialect=APP_DIALECT, created=time.time(),
+                           media_type="text/event-stream", token_hash=secret_hash(token)),
+                StreamState(status=Status.COMPLETED, updated=time.time()))
+        finally:
+            await journal.close()
+
+    asyncio.run(create_app_stream())
+    with running_proxy(mock_server, store=store) as (proxy, _app):
+        refused = httpx2.get(f"{proxy}/v1/streams/{stream_id}/events?format=unbroken&token="
+                             + token, timeout=10)
+    assert (refused.status_code, refused.json()["error"]["message"]) == (
+        400, f"format=unbroken reads provider streams; stream {stream_id} is 'app', whose "
+             "frames are already its own")
