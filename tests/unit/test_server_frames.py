@@ -89,3 +89,36 @@ def test_frame_count_limit_and_owner_limit() -> None:
             assert again.created
 
     asyncio.run(run())
+
+
+def test_retention_expired_and_purged_streams() -> None:
+    """Past ``retention`` an ended stream is gone: 404, or 204 for its owner's EventSource
+    (also once purged, by its tombstone); a stranger's EventSource still gets 404."""
+    import time
+
+    import httpx2
+
+    async def run() -> None:
+        async with ResumableStreams("memory://", retention=0.05) as streams:
+            handle = await streams.start(_many(2), owner="o")
+            task = streams.producers[handle.stream_id].task
+            assert task is not None
+            await asyncio.wait_for(task, 10)
+            await asyncio.sleep(0.1)
+            transport = httpx2.ASGITransport(app=streams.app)
+            async with httpx2.AsyncClient(transport=transport, base_url="http://t") as client:
+                path = f"/{handle.stream_id}/events"
+                eventsource = {"accept": "text/event-stream"}
+                token = {"token": handle.token or ""}
+                assert (await client.get(path, params=token)).status_code == 404
+                assert (await client.get(path, params=token,
+                                         headers=eventsource)).status_code == 204
+                assert await streams.journal.expire(time.time()) == 1  # purged
+                assert (await client.get(path, params=token,
+                                         headers=eventsource)).status_code == 204
+                assert (await client.get(path, params={"token": "ubt_no"},
+                                         headers=eventsource)).status_code == 404
+                assert (await client.get(f"/{handle.stream_id}",
+                                         params=token)).status_code == 404
+
+    asyncio.run(run())
