@@ -36,6 +36,7 @@ from ..streams.access import TOKEN_HEADER, TOKEN_PARAM, events_cursor
 from ..streams.app_stream import END_EVENT
 from ..streams.journal.failures import JOURNAL_ERRORS
 from ..streams.logs import log_event
+from .access import may_read
 from .frames import KEEPALIVE, sse_bytes
 
 if TYPE_CHECKING:
@@ -101,8 +102,6 @@ class _StreamResponse(Response):
         await answer(scope, receive, send)
 
     async def _answer(self) -> Response:
-        from .resumable import may_read
-
         streams, stream_id, request, who = self._streams, self._stream_id, self._request, self._who
         eventsource = "text/event-stream" in request.headers.get("accept", "")
         token = request_token(request)

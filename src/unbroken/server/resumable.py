@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import re
 import time
@@ -37,6 +36,7 @@ from ..streams.journal.failures import JOURNAL_ERRORS
 from ..streams.lease import LeaseKeeper, Recovery, running_elsewhere
 from ..streams.limits import StreamSlots
 from ..streams.logs import log_event
+from .access import may_read, owner_hash, same_owner, summary
 from .producer import SourceLimits, SourceProducer
 from .responses import OwnerOf, ResponseSettings, stream_response
 
@@ -57,11 +57,6 @@ class StreamHandle:
     stream_id: str
     token: str | None
     created: bool
-
-
-def owner_hash(owner: str) -> str:
-    """How an owner is kept: a hash apart from the proxy's credential hashes."""
-    return secret_hash("app-owner\x00" + owner)
 
 
 class ResumableStreams:
@@ -211,7 +206,7 @@ class ResumableStreams:
                 handle = await self._create(source, who, stream_id or new_stream_id(), key)
                 created = handle.stream_id
                 return handle
-            if not _same(found.meta.credential_hash, who):
+            if not same_owner(found.meta.credential_hash, who):
                 raise StreamRefusedError(f"unbroken.server: stream id {stream_id!r} is taken",
                                          status=409)
             created = found.meta.stream_id
@@ -267,12 +262,12 @@ class ResumableStreams:
                           media_type="text/event-stream", token_hash=secret_hash(token),
                           credential_hash=who, idempotency_hash=key)
         try:
-            tail = await self.journal.create(meta, StreamState(status=Status.PENDING, updated=now),
-                                             self.leases.lease())
+            # Its live tail stays with the journal until the producer's last append.
+            await self.journal.create(meta, StreamState(status=Status.PENDING, updated=now),
+                                      self.leases.lease())
         except BaseException:
             self._slots.give_back(who)
             raise
-        del tail  # the journal holds it until the producer's last append
         producer = SourceProducer(journal=self.journal, stream_id=stream_id, source=source,
                                   limits=self.limits)
         self.producers[stream_id] = producer
@@ -389,31 +384,6 @@ class ResumableStreams:
 
             self._app = mountable_app(self)
         return self._app
-
-
-def may_read(token_hash: str, credential_hash: str | None, who: str | None,
-             token: str | None) -> bool:
-    """Whether the owner hash or the token is the stream's (constant-time comparisons)."""
-    granted = False
-    if who is not None and credential_hash is not None:
-        granted |= hmac.compare_digest(who, credential_hash)
-    if token:
-        granted |= hmac.compare_digest(secret_hash(token.strip()), token_hash)
-    return granted
-
-
-def _same(a: str | None, b: str) -> bool:
-    return a is not None and hmac.compare_digest(a, b)
-
-
-def summary(record: StreamRecord) -> dict[str, Any]:
-    """The JSON of ``get`` and ``GET /{id}``: no hashes."""
-    meta, state = record.meta, record.state
-    return {"id": meta.stream_id, "status": state.status.value,
-            "finish_reason": state.finish_reason,
-            "raw_finish_reason": state.raw_finish_reason, "error": state.error,
-            "text": record.text, "last_seq": state.last_seq, "created": meta.created,
-            "updated": state.updated}
 
 
 async def _close_unread(source: object) -> None:

@@ -28,8 +28,8 @@ from ..errors import StreamNotFoundError
 from ..streams.journal import MAX_PAGE
 from ..streams.journal.failures import JOURNAL_ERRORS
 from ..streams.logs import log_event
+from .access import owner_hash, summary
 from .responses import error_response, owner_of, request_token
-from .resumable import owner_hash, summary
 
 if TYPE_CHECKING:
     from .resumable import ResumableStreams
