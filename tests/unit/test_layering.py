@@ -30,7 +30,7 @@ BLOCKED = [
     "threading",
 ]
 CLOCKS = ["datetime", "time"]
-IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk", "streams", "web"]
+IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk", "server", "streams", "web"]
 REQUIRED = ["unbroken.errors", "unbroken.events", "unbroken.finish", "unbroken.framing"]
 OPTIONAL = [
     "unbroken.dialects",
