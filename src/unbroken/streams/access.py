@@ -14,7 +14,7 @@ import re
 import secrets
 from collections.abc import Mapping
 
-from ..resumption import STREAM_TOKEN_HEADER
+from ..resumption import LAST_EVENT_ID, STREAM_TOKEN_HEADER
 from ..resumption import parse_event_id as parse_any_event_id
 from .journal import StreamMeta, Tombstone
 
@@ -23,6 +23,7 @@ __all__ = [
     "TOKEN_HEADER",
     "TOKEN_PARAM",
     "credential_hash",
+    "events_cursor",
     "may_read",
     "new_stream_id",
     "new_stream_token",
@@ -102,3 +103,20 @@ def parse_event_id(value: str | None) -> tuple[str, int] | None:
     this proxy could have minted), else ``None``."""
     named = parse_any_event_id(value)
     return named if named is not None and _STREAM_ID.fullmatch(named[0]) else None
+
+
+def events_cursor(
+    stream_id: str, headers: Mapping[str, str], query: Mapping[str, str]
+) -> int | None:
+    """The seq to serve after: ``Last-Event-ID`` wins over ``?after=``; ``None`` if either is
+    malformed or names another stream."""
+    last_event_id = headers.get(LAST_EVENT_ID.lower())
+    if last_event_id:
+        named = parse_any_event_id(last_event_id)
+        return named[1] if named is not None and named[0] == stream_id else None
+    after = query.get("after")
+    if after is None:
+        return 0
+    if not after.isascii() or not after.isdigit():
+        return None
+    return int(after)
