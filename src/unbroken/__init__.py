@@ -52,6 +52,7 @@ from .trace import Trace
 # use so that importing ``unbroken`` stays standard-library only. Type checkers see the real names.
 if _TYPE_CHECKING:
     from .client import AsyncStream, Deadlines, Retry, Stream, astream, stream
+    from .client.resuming import ResumingTransport, async_http_client, http_client
     from .graphemes import GraphemeBuffer
     from .sdk import from_anthropic, from_gemini, from_ollama, from_openai
 
@@ -59,13 +60,16 @@ _LAZY = {
     "AsyncStream": "unbroken.client",
     "Deadlines": "unbroken.client",
     "GraphemeBuffer": "unbroken.graphemes",
+    "ResumingTransport": "unbroken.client.resuming",
     "Retry": "unbroken.client",
     "Stream": "unbroken.client",
     "astream": "unbroken.client",
+    "async_http_client": "unbroken.client.resuming",
     "from_anthropic": "unbroken.sdk",
     "from_gemini": "unbroken.sdk",
     "from_ollama": "unbroken.sdk",
     "from_openai": "unbroken.sdk",
+    "http_client": "unbroken.client.resuming",
     "stream": "unbroken.client",
 }
 
@@ -111,6 +115,7 @@ __all__ = [
     "ProtocolError",
     "ProviderError",
     "ReasoningDelta",
+    "ResumingTransport",
     "Retry",
     "SSEDecoder",
     "SequenceError",
@@ -134,10 +139,12 @@ __all__ = [
     "Utf8Decoder",
     "__version__",
     "astream",
+    "async_http_client",
     "from_anthropic",
     "from_gemini",
     "from_ollama",
     "from_openai",
+    "http_client",
     "parse",
     "stream",
 ]
