@@ -43,11 +43,12 @@ class ProxiedBody:
     """State of one proxied body across its connections."""
 
     __slots__ = ("_buf", "_decoder", "_frames", "_held", "_ids", "_ndjson", "_notice",
-                 "_resumed", "seq", "stream_id")
+                 "_prefix", "_resumed", "seq", "stream_id")
 
     def __init__(self, stream_id: str, *, ndjson: bool) -> None:
         self.stream_id = stream_id
         self.seq = 0  # the last frame handed on (the proxy numbers frames 1, 2, 3 ...)
+        self._prefix = stream_id + ":"
         self._ndjson = ndjson
         self._ids: bool | None = None  # whether the POST's frames carry ids; fixed by its first
         self._held = b""  # an unnumbered error frame: the proxy's notice if the body ends here
@@ -94,6 +95,16 @@ class ProxiedBody:
             return region  # blank lines, keep-alive comments: as they came
         if self._ndjson and not self._resumed:
             return self._lines(frames, region)
+        if self._ids and not self._held:
+            # The hot path: numbered frames in order, handed on as they came.
+            prefix, seq = self._prefix, self.seq
+            for index, event in enumerate(frames):
+                if event.block_id != prefix + str(seq + 1):
+                    self._advance(seq)
+                    return self._events(frames[index:], region)
+                seq += 1
+            self._advance(seq)
+            return region
         return self._events(frames, region)
 
     def receive_eof(self) -> bool:
@@ -111,6 +122,12 @@ class ProxiedBody:
         return held
 
     # -- frames ---------------------------------------------------------------------------------
+
+    def _advance(self, seq: int) -> None:
+        if seq != self.seq:
+            self._frames += seq - self.seq
+            self.seq = seq
+            self._notice = b""
 
     def _release(self, *, numbered: bool) -> bytes:
         """A frame followed the held one: it was not the proxy's last word but the stream's."""
