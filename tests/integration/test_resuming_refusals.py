@@ -48,6 +48,7 @@ class FakeProxy:
         self.answer: tuple[int, bytes] = (200, REST)
         self.resumes: list[dict[str, str]] = []
         self.ids = True  # whether the POST answers with the stream id and token
+        self.encoding: bytes | None = None  # the POST's content-encoding, if any
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -63,6 +64,8 @@ class FakeProxy:
             if self.ids:
                 out += [(b"unbroken-stream-id", SID.encode()),
                         (b"unbroken-stream-token", TOKEN.encode())]
+            if self.encoding is not None:
+                out.append((b"content-encoding", self.encoding))
             await send({"type": "http.response.start", "status": 200, "headers": out})
             await send({"type": "http.response.body", "body": FIRST, "more_body": True})
             await send({"type": "http.response.body", "body": NOTICE})
@@ -85,6 +88,7 @@ def served() -> Iterator[tuple[str, FakeProxy]]:
 @pytest.fixture
 def fake(served: tuple[str, FakeProxy]) -> tuple[str, FakeProxy]:
     served[1].answer, served[1].resumes, served[1].ids = (200, REST), [], True
+    served[1].encoding = None
     return served
 
 
@@ -181,9 +185,15 @@ def test_when_the_retries_are_spent_the_sdk_gets_the_notice(
     assert len(proxy.resumes) == 3  # Retry.attempts connections without a frame
 
 
-def test_a_response_without_a_stream_id_passes_through(fake: tuple[str, FakeProxy]) -> None:
+@pytest.mark.parametrize("odd", ["no stream id", "compressed"])
+def test_a_response_that_is_not_a_plain_proxied_stream_passes_through(
+    fake: tuple[str, FakeProxy], odd: str
+) -> None:
     base, proxy = fake
-    proxy.ids = False
+    if odd == "no stream id":
+        proxy.ids = False
+    else:
+        proxy.encoding = b"br"  # never decoded here: iter over the raw stream only
     inner = httpx2.HTTPTransport()
     transport = ResumingTransport(inner)
     request = httpx2.Request("POST", base + "/v1/chat/completions", json={"stream": True})

@@ -103,6 +103,8 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         media_type = response.headers.get("content-type", "")
         if "event-stream" not in media_type and "ndjson" not in media_type:
             return None
+        if response.headers.get("content-encoding", "identity").lower() != "identity":
+            return None  # frames are cut in the bytes as sent; the proxy never compresses
         idle = self.deadlines.idle
         timeout = request.extensions.get("timeout")
         if idle is not None and isinstance(timeout, dict):
