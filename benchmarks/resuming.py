@@ -7,8 +7,8 @@ so their work is not in this process's CPU time. Every peer POSTs the same opena
 - ``raw``: ``iter_raw`` of the body with a plain ``httpx2.Client`` / with ``http_client()``;
 - ``sdk``: the openai SDK reading the stream over each of those two clients (what an app runs).
 
-Peers run interleaved, ``--repeat`` rounds, each a fresh stream; the best (least disturbed)
-run of each is reported as process CPU µs per frame, with the transport's ratio to its peer.
+Peers run interleaved, in alternating order, ``--repeat`` rounds, each a fresh stream, after a
+``gc.collect()``; the best (least disturbed) run of each is reported as process CPU µs per frame, with the transport's ratio to its peer.
 No faults: this is the price of being ready to resume, paid by every stream.
 
     python benchmarks/resuming.py [--frames 1000] [--repeat 15]
@@ -17,6 +17,7 @@ No faults: this is the price of being ready to resume, paid by every stream.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import socket
 import subprocess
@@ -119,8 +120,11 @@ def main() -> None:
         seen = {name: run() for name, run in runs.items()}  # warm up, and check alike
         assert seen["raw httpx2"] == seen["raw http_client()"], seen
         best = dict.fromkeys(runs, float("inf"))
+        order = list(runs.items())
         for _ in range(options.repeat):
-            for name, run in runs.items():
+            order.reverse()  # neither peer of a pair always runs first
+            for name, run in order:
+                gc.collect()  # a collection left over by the peer before is not this one's
                 started = time.process_time()
                 run()
                 best[name] = min(best[name], time.process_time() - started)
