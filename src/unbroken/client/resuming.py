@@ -129,7 +129,11 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             "connect": connect, "read": idle, "write": connect, "pool": connect}})
 
     def pause(self, failures: int, refused: httpx2.Response | None) -> float:
+        """Before a resume: none right after a connection that brought frames (the proxy is
+        there and holds the rest), else the server's word or the retry backoff."""
         said = server_retry_delay(refused.headers) if refused is not None else None
+        if failures == 0 and said is None:
+            return 0.0
         return self.retry.delay(failures, server_says=said, rng=self._rng)
 
     def spent(self, failures: int, started: float) -> bool:
