@@ -9,7 +9,8 @@ so their work is not in this process's CPU time. Every peer POSTs the same opena
 
 Peers run interleaved, in alternating order, ``--repeat`` rounds, each a fresh stream, after a
 ``gc.collect()``; the best (least disturbed) run of each is reported as process CPU µs per
-frame, with the transport's ratio to its peer. No faults: this is the price of being ready to resume, paid by every stream.
+frame, with the transport's ratio to its peer. No faults: this is the price of being ready to
+resume, paid by every stream.
 
     python benchmarks/resuming.py [--frames 1000] [--repeat 15]
 """
