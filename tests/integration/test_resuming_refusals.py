@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import httpx2
 import openai
 import pytest
@@ -213,3 +214,9 @@ def test_a_get_passes_through_untouched(fake: tuple[str, FakeProxy]) -> None:
         response = http.get(f"{base}/v1/streams/{SID}/events")
     assert (response.status_code, response.content) == (200, REST)
     assert "idempotency-key" not in proxy.resumes[0]
+
+
+def test_a_client_of_another_http_library_is_told_so() -> None:
+    with httpx.Client(transport=ResumingTransport()) as other:  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="httpx2 transport; this request is a httpx"):
+            other.get("http://127.0.0.1:9/")

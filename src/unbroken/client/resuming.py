@@ -61,6 +61,7 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
                 raise TypeError("ResumingTransport: its inner transport is async; use an "
                                 "httpx2.AsyncClient")
             self._sync = httpx2.HTTPTransport()
+        _check(request)
         keyed(request)
         response = self._sync.handle_request(request)
         body = self._proxied(request, response)
@@ -80,6 +81,7 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
                 raise TypeError("ResumingTransport: its inner transport is sync; use an "
                                 "httpx2.Client")
             self._async = httpx2.AsyncHTTPTransport()
+        _check(request)
         keyed(request)
         response = await self._async.handle_async_request(request)
         body = self._proxied(request, response)
@@ -140,6 +142,13 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         total = self.deadlines.total
         return failures >= self.retry.attempts or (
             total is not None and time.monotonic() - started >= total)
+
+
+def _check(request: object) -> None:
+    if not isinstance(request, httpx2.Request):
+        raise TypeError(f"ResumingTransport is an httpx2 transport; this request is a "
+                        f"{type(request).__module__}.{type(request).__name__} (the ollama "
+                        f"client, for one, builds an httpx client, not an httpx2 one)")
 
 
 def _replaced(response: httpx2.Response, stream: httpx2.SyncByteStream | httpx2.AsyncByteStream
