@@ -26,7 +26,13 @@ from tests.integration.resuming_support import (
     proxy_url,
     relay_to,
 )
-from tests.integration.test_proxy_support import CALLS, DIALECTS, OLLAMA_GENERATE, Call
+from tests.integration.test_proxy_support import (
+    CALLS,
+    DIALECTS,
+    OLLAMA_GENERATE,
+    Call,
+    frames_of,
+)
 
 from unbroken import async_http_client, http_client, parse
 from unbroken.finish import Status
@@ -161,3 +167,30 @@ def test_a_stream_cut_near_its_end_gives_its_last_frames_once(
     assert b"".join(pieces).count(b"[DONE]") == 1
     assert generations(mock_server) == 2  # one per read above
 
+
+
+@pytest.mark.parametrize("dialect", ["anthropic", "ollama"])
+def test_a_post_with_last_event_id_continues_through_a_break(
+    proxy_url: str, mock_server: str, dialect: str
+) -> None:
+    call = CALLS[dialect]
+    with httpx2.Client(timeout=10) as plain, plain.stream(
+        "POST", proxy_url + call.path, json=call.body, headers=headers_of(call, None)
+    ) as response:
+        stream_id = response.headers["unbroken-stream-id"]
+        response.read()
+    # The same POST again, asking for the frames after the fifth: the proxy sends 6, 7, ...
+    headers = {**headers_of(call, None), "last-event-id": f"{stream_id}:5"}
+    with relay_to(proxy_url, FAULTS["reset-mid-frame"]) as relay, http_client(
+        retry=RETRY, deadlines=DEADLINES, timeout=10
+    ) as client, client.stream("POST", relay.url + call.path, json=call.body,
+                               headers=headers) as response:
+        pieces = list(response.iter_raw())
+        assert relay.stats().connections == 2
+    assert_whole_frames(pieces)
+    frames = frames_of(dialect, b"".join(pieces))
+    assert len(frames) == call.total(TOKENS) - 5
+    if dialect != "ollama":
+        assert [f.id for f in frames] == [f"{stream_id}:{n}"
+                                          for n in range(6, call.total(TOKENS) + 1)]
+    assert generations(mock_server) == 1

@@ -186,3 +186,11 @@ def test_a_resume_before_any_frame_hands_on_frames_without_ids() -> None:
     state.resumed()
     out = state.receive(sse(1, '{"type":"message_start"}', event="message_start"))
     assert out == b'event: message_start\ndata: {"type":"message_start"}\n\n'
+
+
+def test_a_post_that_continues_with_last_event_id_starts_after_it() -> None:
+    state = ProxiedBody(SID, ndjson=False, after=2)
+    assert state.receive(FRAMES[2]) == FRAMES[2]
+    assert (state.seq, state.receive_eof()) == (3, True)
+    with pytest.raises(ResumeMismatch):
+        ProxiedBody(SID, ndjson=False, after=1).receive(FRAMES[2])

@@ -45,9 +45,11 @@ class ProxiedBody:
     __slots__ = ("_buf", "_decoder", "_frames", "_held", "_ids", "_ndjson", "_notice",
                  "_prefix", "_resumed", "seq", "stream_id")
 
-    def __init__(self, stream_id: str, *, ndjson: bool) -> None:
+    def __init__(self, stream_id: str, *, ndjson: bool, after: int = 0) -> None:
         self.stream_id = stream_id
-        self.seq = 0  # the last frame handed on (the proxy numbers frames 1, 2, 3 ...)
+        # The last frame handed on (the proxy numbers frames 1, 2, 3 ...): ``after`` when the
+        # POST itself asked to continue with ``Last-Event-ID``.
+        self.seq = after
         self._prefix = stream_id + ":"
         self._ndjson = ndjson
         self._ids: bool | None = None  # whether the POST's frames carry ids; fixed by its first

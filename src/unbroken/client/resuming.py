@@ -1,15 +1,16 @@
 """``ResumingTransport``: an httpx2 transport under which a proxied stream's body survives a cut.
 
 Any SDK or framework built on httpx2 gets it through ``http_client()`` / ``async_http_client()``
-(or ``httpx2.Client(transport=ResumingTransport())``). A response that an unbroken proxy gave
-a stream id and token (``Unbroken-Stream-Id``, ``Unbroken-Stream-Token``) reaches the caller
-whole frames at a time (``ProxiedBody``); when it breaks -- a transport error, a read that got no
-byte for ``deadlines.idle`` seconds, a clean end inside a frame or on the proxy's notice -- the
-transport reads on from ``GET /v1/streams/{id}/events`` with ``Last-Event-ID`` and continues the
-same body. Up to ``retry.attempts`` connections in a row that bring no frame, within
-``deadlines.total``; then the body ends as the proxy ended it (its notice, so the SDK raises) or
-with the transport error. A resume answered 4xx raises ``httpx2.HTTPStatusError`` with that
-response at once. Every other response is the inner transport's own, untouched.
+(or ``httpx2.Client(transport=ResumingTransport())``). A POST's streaming response that an
+unbroken proxy gave a stream id (``Unbroken-Stream-Id``, and ``Unbroken-Stream-Token`` when it
+created the stream) reaches the caller whole frames at a time (``ProxiedBody``). When it breaks
+(a transport error, a read that got no byte for ``deadlines.idle`` seconds, a clean end inside a
+frame or on the proxy's notice) the transport reads on from ``GET /v1/streams/{id}/events`` with
+``Last-Event-ID`` and continues the same body: up to ``retry.attempts`` connections in a row
+that bring no frame, within ``deadlines.total``. Then the body ends as the proxy ended it (its
+notice, so the SDK raises) or with the transport error. A resume answered 4xx raises
+``httpx2.HTTPStatusError`` with that response at once. Every other response is the inner
+transport's own, untouched.
 
 Each POST with a JSON body gets an ``Idempotency-Key`` (``idempotency_keys``), so the SDK's own
 retry after a cut before the response head attaches to the stream the first attempt started.
@@ -100,8 +101,6 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         stream_id = response.headers.get(STREAM_ID_HEADER)
         if request.method != "POST" or response.status_code != 200 or not stream_id:
             return None
-        if TOKEN_HEADER not in response.headers:
-            return None
         media_type = response.headers.get("content-type", "")
         if "event-stream" not in media_type and "ndjson" not in media_type:
             return None
@@ -115,16 +114,22 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             read = timeout.get("read")
             request.extensions["timeout"] = {**timeout,
                                              "read": idle if read is None else min(read, idle)}
-        return ProxiedBody(stream_id, ndjson="ndjson" in media_type)
+        return ProxiedBody(stream_id, ndjson="ndjson" in media_type,
+                           after=_continues_after(request, stream_id))
 
     def resume_request(self, request: httpx2.Request, response: httpx2.Response,
                        body: ProxiedBody) -> httpx2.Request:
-        """``GET /v1/streams/{id}/events`` after the last frame handed on, with the token."""
+        """``GET /v1/streams/{id}/events`` after the last frame handed on, with the token and
+        the POST's own headers (its credential among them)."""
         headers = [(name, value) for name, value in request.headers.multi_items()
                    if name.lower() not in _NOT_RESENT
                    and not name.lower().startswith("x-stainless")]
-        headers += [("accept", "text/event-stream"), ("last-event-id", body.last_event_id),
-                    (TOKEN_HEADER, response.headers[TOKEN_HEADER])]
+        headers += [("accept", "text/event-stream"), ("last-event-id", body.last_event_id)]
+        token = response.headers.get(TOKEN_HEADER)
+        if token is not None:
+            headers.append((TOKEN_HEADER, token))
+        # Without a token (a POST that itself continued with Last-Event-ID gets none) the
+        # credential repeated from the POST, the one that created the stream, reads it.
         url = request.url.copy_with(path=f"/v1/streams/{body.stream_id}/events", query=None)
         connect, idle = self.deadlines.connect, self.deadlines.idle
         return httpx2.Request("GET", url, headers=headers, extensions={"timeout": {
@@ -142,6 +147,12 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         total = self.deadlines.total
         return failures >= self.retry.attempts or (
             total is not None and time.monotonic() - started >= total)
+
+
+def _continues_after(request: httpx2.Request, stream_id: str) -> int:
+    """The seq a POST with ``Last-Event-ID`` of this stream continues after (else 0)."""
+    named, _colon, seq = request.headers.get("last-event-id", "").strip().rpartition(":")
+    return int(seq) if named == stream_id and seq.isascii() and seq.isdigit() else 0
 
 
 def _check(request: object) -> None:
