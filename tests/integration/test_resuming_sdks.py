@@ -306,3 +306,19 @@ def test_the_sdk_wrappers_over_the_client_end_completed(
         Status.COMPLETED, FinishReason.STOP, TEXT)
     assert message.duplicates == 0
     assert generations(mock_server) == 1
+
+
+@pytest.mark.anyio
+async def test_the_async_sdks_own_retry_generates_once(proxy_url: str, mock_server: str) -> None:
+    with relay_to(proxy_url, [Fault.reset(after=20)]) as relay:
+        async with async_client() as client:
+            sdk = openai.AsyncOpenAI(base_url=relay.url + "/v1", api_key=KEY, max_retries=2,
+                                     http_client=client)
+            with anyio.fail_after(30):
+                stream = await sdk.chat.completions.create(
+                    model="m", messages=MESSAGES, stream=True, extra_headers=MOCK)
+                text = "".join([c.choices[0].delta.content or "" async for c in stream
+                                if c.choices])
+        assert relay.stats().connections == 2
+    assert text == TEXT
+    assert generations(mock_server) == 1
