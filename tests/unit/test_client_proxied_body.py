@@ -194,3 +194,18 @@ def test_a_post_that_continues_with_last_event_id_starts_after_it() -> None:
     assert (state.seq, state.receive_eof()) == (3, True)
     with pytest.raises(ResumeMismatch):
         ProxiedBody(SID, ndjson=False, after=1).receive(FRAMES[2])
+
+
+def test_bytes_the_decoder_refuses_are_handed_on_as_they_came() -> None:
+    state = ProxiedBody(SID, ndjson=True)
+    assert state.receive(b'{"done":false}\n{"do') == b'{"done":false}\n'
+    assert state.receive(b'ne": oops}\n{"done"') == b'{"done": oops}\n{"done"'
+    assert state.receive(b":true}\n") == b":true}\n"  # no framing any more
+    assert (state.seq, state.receive_eof()) == (1, True)  # not a body to resume
+
+
+def test_invalid_utf8_is_the_sdks_to_judge() -> None:
+    state = ProxiedBody(SID, ndjson=False)
+    frame = b"id: " + SID.encode() + b":1\ndata: \xff\xfe\n\n"
+    assert state.receive(frame) == frame
+    assert (state.seq, state.receive_eof()) == (1, True)

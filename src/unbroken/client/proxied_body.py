@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx2
 
+from ..errors import StreamError
 from ..framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from ..jsonparse import loads
 from ..proxy_notice import is_gemini_notice
@@ -43,7 +44,7 @@ class ProxiedBody:
     """State of one proxied body across its connections."""
 
     __slots__ = ("_buf", "_decoder", "_frames", "_held", "_ids", "_ndjson", "_notice",
-                 "_prefix", "_resumed", "seq", "stream_id")
+                 "_opaque", "_prefix", "_resumed", "seq", "stream_id")
 
     def __init__(self, stream_id: str, *, ndjson: bool, after: int = 0) -> None:
         self.stream_id = stream_id
@@ -57,8 +58,11 @@ class ProxiedBody:
         self._notice = b""  # the last connection's notice, until a resume brings a frame
         self._frames = 0  # frames handed on by the current connection
         self._resumed = False
+        self._opaque = False  # the decoder refused the bytes: hand them on as they come
         self._buf = bytearray()
-        self._decoder: SSEDecoder | NDJSONDecoder = NDJSONDecoder() if ndjson else SSEDecoder()
+        # Frames are handed on as raw bytes, so invalid UTF-8 is the SDK's to judge.
+        self._decoder: SSEDecoder | NDJSONDecoder = (
+            NDJSONDecoder() if ndjson else SSEDecoder(errors="replace"))
 
     @property
     def progressed(self) -> bool:
@@ -83,9 +87,14 @@ class ProxiedBody:
 
     def receive(self, chunk: bytes) -> bytes:
         """The whole frames that ``chunk`` completes, in the POST's form (maybe ``b""``)."""
+        if self._opaque:
+            return chunk
         decoder = self._decoder
         base = decoder.bytes_dispatched
-        frames: list[Any] = decoder.receive_data(chunk)
+        try:
+            frames: list[Any] = decoder.receive_data(chunk)
+        except StreamError:
+            return self._refused(chunk)
         cut = decoder.bytes_dispatched - base
         if not self._buf and cut == len(chunk):
             region = chunk  # the common case: the read ends at a frame's end, nothing copied
@@ -112,6 +121,8 @@ class ProxiedBody:
     def receive_eof(self) -> bool:
         """The current connection ended cleanly: True if the stream ended with it. False if it
         stopped inside a frame or on the proxy's notice: the body is to be resumed."""
+        if self._opaque:
+            return True
         if self._decoder.bytes_received != self._decoder.bytes_dispatched:
             return False
         return not self._held
@@ -124,6 +135,16 @@ class ProxiedBody:
         return held
 
     # -- frames ---------------------------------------------------------------------------------
+
+    def _refused(self, chunk: bytes) -> bytes:
+        """Bytes the decoder cannot frame (a malformed NDJSON line, an event over its size
+        limit): not a body to resume. Everything not yet handed on goes now, as it came, and
+        the rest of the body after it; the SDK judges those bytes as it would without this."""
+        self._opaque = True
+        pending = self._held + bytes(self._buf) + chunk
+        self._held = self._notice = b""
+        self._buf.clear()
+        return pending
 
     def _advance(self, seq: int) -> None:
         if seq != self.seq:
