@@ -9,8 +9,8 @@ frame or on the proxy's notice) the transport reads on from ``GET /v1/streams/{i
 ``Last-Event-ID`` and continues the same body: up to ``retry.attempts`` connections in a row
 that bring no frame, within ``deadlines.total``. Then the body ends as the proxy ended it (its
 notice, so the SDK raises) or with the transport error. A resume answered 4xx (but 429, which
-waits and tries again, as 5xx do) raises ``httpx2.HTTPStatusError`` with that response at once. Every other response is the inner
-transport's own, untouched.
+waits and tries again, as 5xx do) raises ``httpx2.HTTPStatusError`` with that response at
+once. Every other response is the inner transport's own, untouched.
 
 Each POST with a JSON body gets an ``Idempotency-Key`` (``idempotency_keys``), so the SDK's own
 retry after a cut before the response head attaches to the stream the first attempt started.
