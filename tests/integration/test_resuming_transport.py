@@ -159,7 +159,7 @@ def test_a_stream_cut_near_its_end_gives_its_last_frames_once(
     assert_exact("openai-chat", whole)
     # Cut inside one of the last lines: by then the stream has ended in the journal, and the
     # resume gives the frames after the last whole one, then the end.
-    with relay_to(proxy_url, [Fault.reset(after=size - 60, cut=Cut.INSIDE_LINE)]) as relay, \
+    with relay_to(proxy_url, [Fault.reset(after=size - 120, cut=Cut.INSIDE_LINE)]) as relay, \
             http_client(retry=RETRY, deadlines=DEADLINES, timeout=10) as client:
         pieces = read_through(client, relay.url, call, None)
         assert (relay.stats().faults, relay.stats().connections) == ({"reset": 1}, 2)
