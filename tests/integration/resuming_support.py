@@ -34,7 +34,7 @@ BREAKS = ("reset-inside-char", "reset-mid-frame", "half-close", "stall")
 KIND = {"reset-inside-char": "reset", "reset-mid-frame": "reset", "half-close": "half_close",
         "stall": "stall", "trickle": "trickle"}
 # A stall is a cut once no byte came for this long; small, so that the tests stay short.
-DEADLINES = Deadlines(connect=5, idle=0.5, total=30)
+DEADLINES = Deadlines(connect=5, idle=1.0, total=30)
 RETRY = Retry(attempts=3, backoff=0.05, max_backoff=0.2)
 
 
