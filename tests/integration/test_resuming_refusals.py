@@ -18,7 +18,7 @@ import openai
 import pytest
 from tests.servers import serve_in_thread
 
-from unbroken import ResumingTransport, http_client
+from unbroken import ResumingTransport, async_http_client, http_client
 from unbroken.client import Deadlines, Retry
 from unbroken.client.proxied_body import ResumeMismatch
 
@@ -220,3 +220,32 @@ def test_a_client_of_another_http_library_is_told_so() -> None:
     with httpx.Client(transport=ResumingTransport()) as other:  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="httpx2 transport; this request is a httpx"):
             other.get("http://127.0.0.1:9/")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("answer", "expected"), [
+    ((200, REST), FIRST + REST),
+    ((204, b""), FIRST),
+    ((410, b"{}"), httpx2.HTTPStatusError),
+    ((200, chunk(4, "x")), ResumeMismatch),
+    ((503, b"{}"), FIRST + NOTICE),
+])
+async def test_the_async_client_ends_each_case_the_same_way(
+    fake: tuple[str, FakeProxy], answer: tuple[int, bytes], expected: bytes | type[Exception]
+) -> None:
+    base, proxy = fake
+    proxy.answer = answer
+    pieces: list[bytes] = []
+    async with async_http_client(
+        retry=Retry(attempts=3, backoff=0.01, max_backoff=0.02),
+        deadlines=Deadlines(connect=5, idle=5, total=20), timeout=10,
+    ) as http, http.stream("POST", base + "/v1/chat/completions", json={}) as response:
+        try:
+            async for piece in response.aiter_raw():
+                pieces.append(piece)
+        except Exception as exc:
+            assert isinstance(expected, type) and isinstance(exc, expected)
+            assert b"".join(pieces) == FIRST
+        else:
+            assert b"".join(pieces) == expected
+    assert len(proxy.resumes) == (3 if answer[0] == 503 else 1)
