@@ -137,7 +137,7 @@ async def test_a_retry_after_too_long_to_wait_for_is_not_waited_for(
 async def test_one_attempt_means_no_retry(mock: str, driver: str) -> None:
     run = await run_stream(
         driver, LAYOUTS["gemini"].url(mock), dialect="gemini",
-        scenario=f"tokens={T}; status=500; status_times=1", retry=Retry(attempts=1),
+        scenario=f"tokens={T}; status=500; status_times=1", retry=Retry(attempts=1, budget=None),
     )
     assert isinstance(run.error, UpstreamStatusError)
     assert run.error.status == 500

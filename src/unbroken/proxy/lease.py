@@ -2,10 +2,15 @@
 
 Every live stream has a lease in the journal: this process's owner id and an expiry, renewed by
 ``LeaseKeeper`` every ``renew_every`` seconds for all its streams in one statement. A process
-that dies (SIGKILL, power loss) stops renewing; once the lease has expired the stream has no
-producer, and ``Recovery`` marks it ``interrupted`` with the reason in its error, every journaled
-frame kept. That happens when a proxy starts on the journal (at once for an expired lease, at
-its expiry for one still running), and whenever a reader finds such a stream.
+that dies (SIGKILL, power loss) stops renewing; once the lease has expired, or at once when its
+holder is known dead (a process of this host that is gone: ``journal/holder.py``), the stream
+has no producer, and ``Recovery`` marks it ``interrupted`` with the reason in its error, every
+journaled frame kept. That happens when a proxy starts on the journal (at once for an expired
+lease or a dead holder, at its expiry for one still running), in a periodic sweep, and whenever
+a reader finds such a stream. A stream still ``pending`` (journaled before its upstream request
+left, write-ahead) gets a reason saying the provider had not answered and the generation may
+be billed. A stream whose finish frame was journaled ends as that finish says (``completed``,
+``truncated``, ...): the provider's word decides, what was lost after it carries no content.
 
 A stream marked so gets the dialect's error frame last, so the official SDKs raise, except a
 Responses background stream with a known response id: it stays continuable, and is re-attached
@@ -17,18 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from ..finish import Status
-from .journal import FrameRecord, Journal, Lease, StreamRecord
+from ..finish import STATUS_OF_REASON, FinishReason, Status
+from .journal import FrameRecord, Journal, Lease, StreamRecord, StreamState
+from .journal.holder import known_dead, new_owner
 from .logs import log_event
 from .wire import error_frame
 
 __all__ = ["REATTACHABLE", "LeaseKeeper", "Recovery", "reattachable", "running_elsewhere"]
 
 REATTACHABLE = "proxy_restarted"  # the error type of a stream whose producer is gone
+_HOLDER_CHECK_S = 0.5  # how often a reader waiting on a lease looks whether its holder died
 log = logging.getLogger("unbroken.proxy")
 
 
@@ -51,7 +58,7 @@ class LeaseKeeper:
         self.journal = journal
         self.ttl = ttl
         self.renew_every = renew_every
-        self.owner = "proxy_" + secrets.token_hex(8)
+        self.owner = new_owner()  # names this process and host (holder.py)
 
     def lease(self) -> Lease:
         return Lease(self.owner, time.time() + self.ttl)
@@ -77,25 +84,27 @@ class Recovery:
         self._settling: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
 
     async def startup(self) -> int:
-        """Settle every unfinished stream of the journal: now if its lease expired, else at its
-        expiry. How many were marked now."""
+        """Settle every unfinished stream of the journal: now if its lease expired or its
+        holder is known dead, else at its expiry. How many were marked now."""
         marked = 0
         loop = asyncio.get_running_loop()
         for stream_id in await self.journal.unfinished():
             lease = await self.journal.lease(stream_id)
-            wait = 0.0 if lease is None else lease.expires - time.time()
-            if wait <= 0:
+            if not running_elsewhere(lease, self.keeper.owner):
                 marked += await self.settle(stream_id) is not None
-            elif not self.journal.follows_other_processes:
+            elif lease is not None and not self.journal.follows_other_processes:
                 # A shared journal needs no timer per stream: its live streams belong to
                 # running replicas, and the proxy's periodic sweep settles a dead one's.
-                timer = loop.call_later(wait + 0.01, self._settle_later, stream_id)
+                timer = loop.call_later(lease.expires - time.time() + 0.01,
+                                        self._settle_later, stream_id)
                 self._timers.add(timer)
         return marked
 
     async def sweep(self) -> int:
-        """Settle every unfinished stream whose lease has run out (a journal shared by
-        replicas: one of them died); how many were marked."""
+        """Settle every unfinished stream with no producer: its lease ran out (a journal
+        shared by replicas: one of them died), its holder is known dead (a sibling worker on
+        one SQLite file), or it is this process's own and its producer is gone (a failed
+        commit, a create whose journal write failed); how many were marked."""
         marked = 0
         for stream_id in await self.journal.unfinished():
             lease = await self.journal.lease(stream_id)
@@ -138,8 +147,15 @@ class Recovery:
             if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
                 return record
             lease = await self.journal.lease(stream_id)
-        if wait and lease is not None and running_elsewhere(lease, self.keeper.owner):
-            await asyncio.sleep(lease.expires - time.time() + 0.01)
+        while wait and lease is not None and running_elsewhere(lease, self.keeper.owner):
+            # Until the lease expires, looking now and then whether its holder died (a
+            # process of this host: known at once), or the stream ended or was renewed.
+            await asyncio.sleep(max(0.01, min(_HOLDER_CHECK_S, lease.expires - time.time())))
+            if lease.expires <= time.time():
+                break
+            if known_dead(lease.owner) or (await self.journal.get(
+                    stream_id, with_text=False) or record).state.ended:
+                break
         async with self._lock:
             record = await self.journal.get(stream_id, with_text=False)
             if record is None or record.state.ended or self.journal.tail(stream_id) is not None:
@@ -149,10 +165,36 @@ class Recovery:
                 return record  # its producer may still be alive in another process
             return await self._interrupt(record, lease)
 
+    async def waiter(self, record: StreamRecord) -> Callable[[], Awaitable[object]] | None:
+        """For a stream not ended, not produced here, whose lease another process holds that
+        may be alive (a journal that cannot follow it): the wait for its fate (lease expiry,
+        or its holder found dead), which a response makes after its head, with keep-alives,
+        instead of a silent socket. ``None`` when there is nothing to wait for."""
+        stream_id = record.meta.stream_id
+        if (record.state.ended or self.journal.follows_other_processes
+                or self.journal.tail(stream_id) is not None):
+            return None
+        if not running_elsewhere(await self.journal.lease(stream_id), self.keeper.owner):
+            return None
+
+        async def settle() -> object:
+            return await self.settle(stream_id, wait=True)
+
+        return settle
+
     async def _interrupt(self, record: StreamRecord, lease: Lease | None) -> StreamRecord:
         state = record.state
-        message = ("unbroken proxy: the proxy producing this stream stopped (its lease "
-                   "expired) before the stream finished")
+        reason = None if state.finish_reason is None else FinishReason(state.finish_reason)
+        if reason is not None:
+            # Its finish frame was journaled: the provider decided the end (README).
+            ended = replace(state, status=STATUS_OF_REASON[reason], updated=time.time())
+            return await self._end(record, ended, [], lease, continuable=False)
+        if state.status is Status.PENDING:
+            message = ("unbroken proxy: the proxy stopped before the provider answered this "
+                       "stream's request; the generation may have run and been billed")
+        else:
+            message = ("unbroken proxy: the proxy producing this stream stopped (its process "
+                       "is gone or its lease expired) before the stream finished")
         interrupted = replace(state, status=Status.INTERRUPTED, updated=time.time(),
                               error={"type": REATTACHABLE, "message": message})
         continuable = reattachable(replace(record, state=interrupted))
@@ -161,23 +203,30 @@ class Recovery:
             interrupted = replace(interrupted, last_seq=state.last_seq + 1)
             frames.append(error_frame(record.meta.dialect, state.last_seq + 1, "proxy_restarted",
                                       message, _next_provider_seq(record)))
+        return await self._end(record, interrupted, frames, lease, continuable=continuable)
+
+    async def _end(self, record: StreamRecord, ended: StreamState, frames: list[FrameRecord],
+                   lease: Lease | None, *, continuable: bool) -> StreamRecord:
         try:
-            await self.journal.append(record.meta.stream_id, frames, interrupted)
+            await self.journal.append(record.meta.stream_id, frames, ended)
         except ValueError:
             # A journal shared by replicas: another one settled the stream first (its error
             # frame took the seq); theirs is the end.
             settled = await self.journal.get(record.meta.stream_id, with_text=False)
             return settled or record
         log_event("stream.recovered", level=logging.WARNING, stream_id=record.meta.stream_id,
-                  seq=interrupted.last_seq, status="interrupted", continuable=continuable,
+                  seq=ended.last_seq, status=ended.status.value, continuable=continuable,
+                  was=record.state.status.value,
                   lease_owner=None if lease is None else lease.owner)
-        return replace(record, state=interrupted)
+        return replace(record, state=ended)
 
 
 def running_elsewhere(lease: Lease | None, owner: str) -> bool:
-    """A lease not expired, of another process (this one knows its own producers: a stream
-    it leases without a live tail here lost its producer, e.g. to a failed commit)."""
-    return lease is not None and lease.owner != owner and lease.expires > time.time()
+    """A lease not expired, of another process not known to be dead (this one knows its own
+    producers: a stream it leases without a live tail here lost its producer, e.g. to a
+    failed commit)."""
+    return (lease is not None and lease.owner != owner and lease.expires > time.time()
+            and not known_dead(lease.owner))
 
 
 def _next_provider_seq(record: StreamRecord) -> int | None:

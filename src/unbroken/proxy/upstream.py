@@ -30,6 +30,7 @@ from ..finish import Status
 from ..receiver import Frame, StreamReceiver
 from .config import ProxyConfig
 from .journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
+from .journal_failures import JOURNAL_ERRORS
 from .logs import log_event
 from .stream_outcome import closing_error, error_fields, usage_fields
 from .wire import error_frame
@@ -154,8 +155,14 @@ class Producer:
             reason = self._stop_reason or "shutdown"
             await self._end(TransportError(f"proxy {reason}") if reason != "cancelled" else None,
                             cancelled=reason == "cancelled")
-        except Exception:
-            log.exception("stream %s: producer failed", self.stream_id)
+        except Exception as error:
+            if error is self._commit_error or isinstance(error, JOURNAL_ERRORS):
+                # The journal failed: its readers get the notice, the sweep settles it later.
+                log_event("stream.journal_failed", level=logging.WARNING,
+                          stream_id=self.stream_id, seq=self.seq, error=type(error).__name__,
+                          detail=str(error))
+            else:
+                log.exception("stream %s: producer failed", self.stream_id)
         finally:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()

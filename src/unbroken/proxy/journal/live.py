@@ -61,11 +61,18 @@ class LiveTail:
         """Wait for the next commit, or at most about ``pulse`` seconds.
 
         The pulse is one timer per tail, shared by its readers and armed only while one waits,
-        so a stream that flows costs no timer per frame; a woken reader decides by its own
-        clock whether it has been quiet long enough to send a keep-alive.
+        at the earliest moment a waiting reader asked for, so a stream that flows costs no
+        timer per frame; a woken reader decides by its own clock whether it has been quiet
+        long enough to send a keep-alive, and asks again for what is left of its silence.
         """
-        if pulse is not None and self._pulse is None:
-            self._pulse = asyncio.get_running_loop().call_later(pulse, self._on_pulse)
+        if pulse is not None:
+            loop = asyncio.get_running_loop()
+            due = loop.time() + pulse
+            armed = self._pulse
+            if armed is None or armed.when() > due:
+                if armed is not None:
+                    armed.cancel()
+                self._pulse = loop.call_at(due, self._on_pulse)
         await self._changed.wait()
 
     def _on_pulse(self) -> None:
