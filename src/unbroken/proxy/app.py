@@ -151,8 +151,9 @@ class ProxyApp:
             await asyncio.sleep(self.config.expire_every)
             try:
                 gone = await self.journal.expire(time.time() - self.config.retention)
-            except Exception:
-                log.exception("journal expiry failed")
+            except Exception as error:  # the journal is away: one line, the next round tries
+                log_event("journal.expiry_failed", level=logging.WARNING,
+                          error=type(error).__name__, detail=str(error))
                 continue
             if gone:
                 log.info("expired %d stream(s)", gone)

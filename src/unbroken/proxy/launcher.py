@@ -41,7 +41,6 @@ __all__ = ["Launcher", "expired"]
 _CLAIM_POLL_S = 0.05  # how often a request waits on a key another replica is creating
 _CLAIM_MARGIN_S = 1.0  # past a claim's lifetime: it expired or was taken by then
 _REATTACH_CLAIM = "reattach:"  # + stream id: the journal's claim on continuing it upstream
-log = logging.getLogger("unbroken.proxy")
 
 
 def expired(journal: Journal, record: StreamRecord, retention: float) -> bool:
@@ -179,8 +178,9 @@ class Launcher:
             await asyncio.sleep(self.config.lease_renew)
             try:
                 await self.journal.claim_idempotent(key, self._claimer, self.config.lease_ttl)
-            except Exception:
-                log.exception("renewing an idempotency claim failed")
+            except Exception as error:  # the journal is away: one line, the next round tries
+                log_event("idempotency.renew_failed", level=logging.WARNING,
+                          error=type(error).__name__, detail=str(error))
 
     async def _attach(self, record: StreamRecord, asked: str, endpoint: Endpoint,
                       request: Request) -> Response:

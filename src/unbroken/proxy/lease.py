@@ -36,7 +36,6 @@ __all__ = ["REATTACHABLE", "LeaseKeeper", "Recovery", "reattachable", "running_e
 
 REATTACHABLE = "proxy_restarted"  # the error type of a stream whose producer is gone
 _HOLDER_CHECK_S = 0.5  # how often a reader waiting on a lease looks whether its holder died
-log = logging.getLogger("unbroken.proxy")
 
 
 def reattachable(record: StreamRecord) -> bool:
@@ -69,8 +68,9 @@ class LeaseKeeper:
             await asyncio.sleep(self.renew_every)
             try:
                 await self.journal.renew_leases(self.owner, time.time() + self.ttl)
-            except Exception:
-                log.exception("lease renewal failed")
+            except Exception as error:  # the journal is away: one line, the next round tries
+                log_event("lease.renew_failed", level=logging.WARNING,
+                          error=type(error).__name__, detail=str(error))
 
 
 class Recovery:
@@ -124,8 +124,9 @@ class Recovery:
     async def _settle_logged(self, stream_id: str) -> None:
         try:
             await self.settle(stream_id)
-        except Exception:
-            log.exception("stream %s: recovery failed", stream_id)
+        except Exception as error:  # the journal is away: the sweep or a reader tries again
+            log_event("stream.recovery_failed", level=logging.WARNING, stream_id=stream_id,
+                      error=type(error).__name__, detail=str(error))
 
     def close(self) -> None:
         for timer in self._timers:

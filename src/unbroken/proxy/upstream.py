@@ -156,11 +156,13 @@ class Producer:
             await self._end(TransportError(f"proxy {reason}") if reason != "cancelled" else None,
                             cancelled=reason == "cancelled")
         except Exception as error:
-            if error is self._commit_error or isinstance(error, JOURNAL_ERRORS):
-                # The journal failed: its readers get the notice, the sweep settles it later.
+            if self._commit_error is not None or isinstance(error, JOURNAL_ERRORS):
+                # The journal failed (what a later commit says then, a refused seq, follows
+                # from it): its readers get the notice, the sweep settles the stream later.
+                first = self._commit_error or error
                 log_event("stream.journal_failed", level=logging.WARNING,
-                          stream_id=self.stream_id, seq=self.seq, error=type(error).__name__,
-                          detail=str(error))
+                          stream_id=self.stream_id, seq=self.seq, error=type(first).__name__,
+                          detail=str(first))
             else:
                 log.exception("stream %s: producer failed", self.stream_id)
         finally:

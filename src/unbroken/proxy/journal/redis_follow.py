@@ -126,7 +126,7 @@ class RedisFollow(Journal):
             try:
                 outcome: Awaitable[object] = handler(stream_id)
                 await outcome
-            except Exception:  # the reader goes on; the next idle round looks again
-                log.exception("stream %s: settling a stream without a producer failed",
-                              stream_id)
+            except Exception as error:  # the reader goes on; the next idle round looks again
+                log.warning("stream %s: settling a stream without a producer failed: %s: %s",
+                            stream_id, type(error).__name__, error)
         return False
