@@ -22,9 +22,9 @@ from tests.servers import serve_in_thread
 
 from unbroken.finish import Status
 from unbroken.proxy import create_app
-from unbroken.proxy.journal import FrameRecord, MemoryJournal, RedisJournal, StreamMeta
-from unbroken.proxy.journal.records import StreamState
 from unbroken.proxy.wire import KEEPALIVE_COMMENT
+from unbroken.streams.journal import FrameRecord, MemoryJournal, RedisJournal, StreamMeta
+from unbroken.streams.journal.records import StreamState
 
 pytestmark = pytest.mark.integration
 

@@ -35,9 +35,9 @@ from tests.servers import serve_in_thread
 from unbroken.finish import Status
 from unbroken.mock import reply_text
 from unbroken.proxy import ProxyApp, create_app
-from unbroken.proxy.journal import RedisJournal
-from unbroken.proxy.journal.redis_follow import ORPHAN_CHECK
 from unbroken.proxy.wire import KEEPALIVE_COMMENT
+from unbroken.streams.journal import RedisJournal
+from unbroken.streams.journal.redis_follow import ORPHAN_CHECK
 
 pytestmark = pytest.mark.integration
 

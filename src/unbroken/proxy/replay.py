@@ -14,9 +14,9 @@ from dataclasses import replace
 
 from starlette.responses import StreamingResponse
 
-from .journal import Journal
-from .lease import reattachable
-from .logs import log_event
+from ..streams.journal import Journal
+from ..streams.logs import log_event
+from .producer_lost import reattachable
 from .wire import Downstream, error_frame
 
 __all__ = ["SSE_HEADERS", "end_notice", "events_cursor", "frames_body", "stream_response"]

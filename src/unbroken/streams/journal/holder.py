@@ -1,7 +1,7 @@
 """Who holds a producer lease: this process's identity, and whether another holder is known dead.
 
 A lease names its owner. The owner id carries where the process runs and which process it is:
-``proxy_<random>@<host>/<pid>/<start>``, ``<host>`` a hash of the host name, the kernel's boot
+``<kind>_<random>@<host>/<pid>/<start>``, ``<host>`` a hash of the host name, the kernel's boot
 id and the process's pid namespace (so two containers that share a host name and a journal are
 told apart), ``<start>`` the process's start time in clock ticks since boot (``/proc``; empty
 where there is no ``/proc``). A process that opens the journal can then tell, for a lease of
@@ -63,10 +63,10 @@ def _host() -> str:
 _HOST: Final = _host()
 
 
-def new_owner() -> str:
-    """A fresh owner id for this process's leases."""
+def new_owner(kind: str = "proxy") -> str:
+    """A fresh owner id for this process's leases (``kind``: who holds them, e.g. ``proxy``)."""
     pid = os.getpid()
-    return f"proxy_{secrets.token_hex(8)}@{_HOST}/{pid}/{_start_ticks(pid) or ''}"
+    return f"{kind}_{secrets.token_hex(8)}@{_HOST}/{pid}/{_start_ticks(pid) or ''}"
 
 
 def known_dead(owner: str) -> bool:

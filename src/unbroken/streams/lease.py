@@ -7,15 +7,15 @@ holder is known dead (a process of this host that is gone: ``journal/holder.py``
 has no producer, and ``Recovery`` marks it ``interrupted`` with the reason in its error, every
 journaled frame kept. That happens when a proxy starts on the journal (at once for an expired
 lease or a dead holder, at its expiry for one still running), in a periodic sweep, and whenever
-a reader finds such a stream. A stream still ``pending`` (journaled before its upstream request
-left, write-ahead) gets a reason saying the provider had not answered and the generation may
-be billed. A stream whose finish frame was journaled ends as that finish says (``completed``,
-``truncated``, ...): the provider's word decides, what was lost after it carries no content.
+a reader finds such a stream. A stream whose finish frame was journaled ends as that finish
+says (``completed``, ``truncated``, ...), with no frame added: the provider's word decides, and
+what was lost after it carries no content.
 
-A stream marked so gets the dialect's error frame last, so the official SDKs raise, except a
-Responses background stream with a known response id: it stays continuable, and is re-attached
-upstream (``starting_after``) when its owner next resumes it, since only that request carries
-the owner's credential again. Its readers meanwhile get an error frame on the wire only.
+What a stream marked so gets last is its kind's business, given as ``RecoveredEnd``: the
+proxy writes the dialect's error frame, so the official SDKs raise, except for a Responses
+background stream with a known response id, which stays continuable (``proxy/producer_lost.py``);
+an app stream of ``unbroken.server`` gets its ``end`` frame. A ``Recovery`` leaves alone the
+streams whose kind its ``RecoveredEnd`` does not know (it returns ``None``).
 """
 
 from __future__ import annotations
@@ -25,39 +25,33 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 from ..finish import STATUS_OF_REASON, FinishReason, Status
 from .journal import FrameRecord, Journal, Lease, StreamRecord, StreamState
 from .journal.holder import known_dead, new_owner
 from .logs import log_event
-from .wire import error_frame
 
-__all__ = ["REATTACHABLE", "LeaseKeeper", "Recovery", "reattachable", "running_elsewhere"]
+__all__ = ["REATTACHABLE", "LeaseKeeper", "RecoveredEnd", "Recovery", "running_elsewhere"]
 
 REATTACHABLE = "proxy_restarted"  # the error type of a stream whose producer is gone
 _HOLDER_CHECK_S = 0.5  # how often a reader waiting on a lease looks whether its holder died
 
-
-def reattachable(record: StreamRecord) -> bool:
-    """A stream left by a dead producer that its upstream can continue (Responses background)."""
-    state = record.state
-    return (
-        record.meta.dialect == "openai-responses"
-        and record.meta.background
-        and state.provider_id is not None
-        and state.status is Status.INTERRUPTED
-        and (state.error or {}).get("type") == REATTACHABLE
-    )
+RecoveredEnd = Callable[[StreamRecord], "tuple[dict[str, Any], FrameRecord | None] | None"]
+"""For a stream whose producer is gone: the error its state keeps and the frame that ends it
+(``None``: it stays continuable, no frame), or ``None`` for a stream of a kind this recovery
+does not settle."""
 
 
 class LeaseKeeper:
     """This process's leases: one owner id, renewed for all its live streams at once."""
 
-    def __init__(self, journal: Journal, *, ttl: float, renew_every: float) -> None:
+    def __init__(self, journal: Journal, *, ttl: float, renew_every: float,
+                 kind: str = "proxy") -> None:
         self.journal = journal
         self.ttl = ttl
         self.renew_every = renew_every
-        self.owner = new_owner()  # names this process and host (holder.py)
+        self.owner = new_owner(kind)  # names this process and its host (holder.py)
 
     def lease(self) -> Lease:
         return Lease(self.owner, time.time() + self.ttl)
@@ -76,9 +70,10 @@ class LeaseKeeper:
 class Recovery:
     """Marks streams whose producer is gone ``interrupted``, exactly once each."""
 
-    def __init__(self, journal: Journal, keeper: LeaseKeeper) -> None:
+    def __init__(self, journal: Journal, keeper: LeaseKeeper, end: RecoveredEnd) -> None:
         self.journal = journal
         self.keeper = keeper
+        self.end = end
         self._lock = asyncio.Lock()
         self._timers: set[asyncio.TimerHandle] = set()
         self._settling: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
@@ -150,7 +145,7 @@ class Recovery:
             lease = await self.journal.lease(stream_id)
         while wait and lease is not None and running_elsewhere(lease, self.keeper.owner):
             # Until the lease expires, looking now and then whether its holder died (a
-            # process of this host: known at once), or the stream ended or was renewed.
+            # process of this host: known at once), or the stream ended.
             await asyncio.sleep(max(0.01, min(_HOLDER_CHECK_S, lease.expires - time.time())))
             if lease.expires <= time.time():
                 break
@@ -185,26 +180,21 @@ class Recovery:
 
     async def _interrupt(self, record: StreamRecord, lease: Lease | None) -> StreamRecord:
         state = record.state
-        reason = None if state.finish_reason is None else FinishReason(state.finish_reason)
-        if reason is not None:
+        end = self.end(record)
+        if end is None:
+            return record  # another kind's stream: its own recovery settles it
+        if state.finish_reason is not None:
             # Its finish frame was journaled: the provider decided the end (README).
-            ended = replace(state, status=STATUS_OF_REASON[reason], updated=time.time())
-            return await self._end(record, ended, [], lease, continuable=False)
-        if state.status is Status.PENDING:
-            message = ("unbroken proxy: the proxy stopped before the provider answered this "
-                       "stream's request; the generation may have run and been billed")
-        else:
-            message = ("unbroken proxy: the proxy producing this stream stopped (its process "
-                       "is gone or its lease expired) before the stream finished")
-        interrupted = replace(state, status=Status.INTERRUPTED, updated=time.time(),
-                              error={"type": REATTACHABLE, "message": message})
-        continuable = reattachable(replace(record, state=interrupted))
+            reason = FinishReason(state.finish_reason)
+            finished = replace(state, status=STATUS_OF_REASON[reason], updated=time.time())
+            return await self._end(record, finished, [], lease, continuable=False)
+        error, frame = end
+        interrupted = replace(state, status=Status.INTERRUPTED, updated=time.time(), error=error)
         frames: list[FrameRecord] = []
-        if not continuable:
-            interrupted = replace(interrupted, last_seq=state.last_seq + 1)
-            frames.append(error_frame(record.meta.dialect, state.last_seq + 1, "proxy_restarted",
-                                      message, _next_provider_seq(record)))
-        return await self._end(record, interrupted, frames, lease, continuable=continuable)
+        if frame is not None:
+            interrupted = replace(interrupted, last_seq=frame.seq)
+            frames.append(frame)
+        return await self._end(record, interrupted, frames, lease, continuable=frame is None)
 
     async def _end(self, record: StreamRecord, ended: StreamState, frames: list[FrameRecord],
                    lease: Lease | None, *, continuable: bool) -> StreamRecord:
@@ -228,11 +218,3 @@ def running_elsewhere(lease: Lease | None, owner: str) -> bool:
     failed commit)."""
     return (lease is not None and lease.owner != owner and lease.expires > time.time()
             and not known_dead(lease.owner))
-
-
-def _next_provider_seq(record: StreamRecord) -> int | None:
-    # The Responses error event continues the provider's numbering; a foreground Responses
-    # stream's last frame number is its last seq minus one (sequence_number starts at 0).
-    if record.meta.dialect != "openai-responses":
-        return None
-    return record.state.last_seq
