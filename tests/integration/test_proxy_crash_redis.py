@@ -70,7 +70,9 @@ def test_a_follower_of_a_stream_quiet_for_three_blocks_is_never_cut(
     call = CALLS["openai-chat"]
     scenario = "seed=8; tokens=6; stall_after=3; stall_s=16"
     with replicas(mock_server, redis_url, keepalive=2.0) as ((a, _), (b, proxy_b)):
-        timeout = proxy_b.journal._redis.connection_pool.connection_kwargs["socket_timeout"]
+        journal = proxy_b.journal
+        assert isinstance(journal, RedisJournal)
+        timeout = journal._redis.connection_pool.connection_kwargs["socket_timeout"]
         assert timeout > ORPHAN_CHECK
         with httpx2.stream("POST", a + call.path, json=call.body, timeout=30,
                            headers=call.headers(scenario)) as posted:
