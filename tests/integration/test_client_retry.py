@@ -285,7 +285,7 @@ async def test_no_first_event_in_time_is_retried_then_raised(
     # delta a retryable failure is retried); the deadline is raised when attempts run out.
     run = await run_stream(
         driver, LAYOUTS["openai-chat"].url(mock), dialect="openai-chat", scenario=scenario,
-        first_event_timeout=0.5, retry=Retry(attempts=2, backoff=0.01),
+        first_event_timeout=0.5, retry=Retry(attempts=2, backoff=0.01, budget=None),
     )
     assert isinstance(run.error, FirstEventTimeout)
     assert run.error.seconds == 0.5
