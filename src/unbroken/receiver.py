@@ -10,8 +10,7 @@ commits them whole or not at all. A decoding error, an oversized event or a malf
 the message ``failed`` with that error; frames completed before it are committed first. After
 that, or after EOF, the receiver takes no more data (``LocalProtocolError``).
 
-Apart, in their own modules: recognising an unbroken proxy's unnumbered notice
-(``proxy_notice``) and the evidence an unterminated tail leaves at EOF (``tail_evidence``).
+Apart, in its own module: recognising an unbroken proxy's unnumbered notice (``proxy_notice``).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from .events import (
 from .framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from .message import Message
 from .proxy_notice import is_gemini_notice, proxy_notice
-from .tail_evidence import keep_last_line, note_unterminated_tail
 from .trace import DEFAULT_RAW_BUDGET, ERROR
 
 __all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "Frame", "StreamReceiver"]
@@ -126,7 +124,6 @@ class StreamReceiver:
         self._stall = stall_seconds
         self._decoder: SSEDecoder | NDJSONDecoder | None = None
         self._head = bytearray()  # leading whitespace while the body's shape is unknown
-        self._ndjson_tail: list[bytes] = []  # bytes after the last LF (NDJSON), for the evidence
         self._frames_seen = 0
         self._offset = 0  # where the next frame starts in this connection's body
         self._last_seq = -1  # the last seq assigned
@@ -149,8 +146,6 @@ class StreamReceiver:
                 return []
             data = bytes(self._head)
             self._head = bytearray()
-        if decoder.__class__ is NDJSONDecoder:
-            self._ndjson_tail = keep_last_line(self._ndjson_tail, data)
         # Where this read's first frame starts: event-less blocks (keep-alives) in earlier reads
         # are counted; one before a frame of this same read is not (the decoder drops it).
         self._offset = decoder.bytes_dispatched
@@ -174,15 +169,13 @@ class StreamReceiver:
         self._offset = decoder.bytes_dispatched
         try:
             found: list[Any] = decoder.receive_eof()
-            tail = decoder.unterminated
         except (DecodingError, PayloadError) as err:
-            # Only NDJSON raises here: its last line had no LF and does not parse, so the body
-            # was cut inside it. That is a missing end, not a malformed stream.
+            # NDJSON raises here when its last line had no LF and does not parse: the body was
+            # cut inside it. That is a missing end, not a malformed stream.
             found = err.events
-            tail = b"".join(self._ndjson_tail).strip(_WHITESPACE)
         frames = self._frames(found, t)
         if not self.finished:
-            note_unterminated_tail(self.message, tail)
+            _note_unterminated_tail(self.message, decoder.unterminated)
             self.finished = True
             self.message.close()
         return frames
@@ -210,7 +203,6 @@ class StreamReceiver:
         other._last_event_id = self._last_event_id if last_event_id is None else last_event_id
         other._decoder = None
         other._head = bytearray()
-        other._ndjson_tail = []
         # Positions are only valid for a replay from the start, unless the server says where it
         # resumes.
         other._position = 0 if position_after is None else position_after
@@ -374,6 +366,25 @@ class StreamReceiver:
     def _fail(self, err: StreamError) -> None:
         self.finished = True
         self.message.close(err)
+
+
+def _note_unterminated_tail(message: Message, tail: bytes) -> None:
+    """Evidence about a body that ended inside a frame (the decoder's ``unterminated``): warn
+    about a non-empty tail, and about half a UTF-8 character at its very end."""
+    if not tail:
+        return
+    message.warn(
+        "unterminated_tail", f"{len(tail)} bytes after the last complete frame: {tail[:80]!r}"
+    )
+    try:
+        tail.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        if bad.end == len(tail) and bad.reason == "unexpected end of data":
+            message.warn(
+                "truncated_utf8",
+                f"the body ended inside a UTF-8 character ({len(tail) - bad.start} of its "
+                "bytes arrived)",
+            )
 
 
 # Dialects whose protocol has no end marker after the finish reason.

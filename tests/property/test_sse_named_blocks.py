@@ -13,7 +13,7 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.chunkings import Outcome, exact, run, sse_paths, sse_state, sse_stream_state
+from tests.chunkings import Outcome, exact, run, sse_decoder, sse_paths, sse_state, sse_stream_state
 
 from unbroken import SSEDecoder
 
@@ -91,13 +91,13 @@ def test_any_reads_give_what_the_general_path_gives_for_the_whole_body(
     last_id = data.draw(st.sampled_from(["", "0"]), label="last_event_id")
 
     def make() -> SSEDecoder:
-        return SSEDecoder(errors=errors, max_event_size=limit, last_event_id=last_id)  # type: ignore[arg-type]
+        return sse_decoder(errors=errors, max_event_size=limit, last_event_id=last_id)  # type: ignore[arg-type]
 
     chunks = data.draw(reads(body), label="reads")
     with sse_paths("general"):
         general_whole = run(make, [body], sse_state)
         general_chunks = run(make, chunks, sse_stream_state)
-    for path in ("usual", "named first"):
+    for path in ("usual", "in place"):
         with sse_paths(path):
             assert exactly(run(make, [body], sse_state)) == exactly(general_whole)
             # bytes_received stops at a stream error, so it is compared read for read.

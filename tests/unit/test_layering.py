@@ -39,7 +39,6 @@ OPTIONAL = [
     "unbroken.parsing",
     "unbroken.proxy_notice",
     "unbroken.receiver",
-    "unbroken.tail_evidence",
     "unbroken.trace",
     "unbroken.transitions",
 ]
