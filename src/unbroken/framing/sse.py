@@ -1,24 +1,18 @@
 """Server-sent events, decoded per WHATWG HTML "Interpreting an event stream".
 
-``SSEDecoder`` is the block cutter: it buffers the bytes of the block in progress, finds where
-blocks end, and hands each region of complete blocks to the optional accelerator
-(``sse_fast.read_shaped``) or else, block by block, to the field reader (``sse_fields``).
-Blocks are cut at byte level and each complete block is decoded once: CR and LF never occur
-inside a multi-byte UTF-8 sequence, so no character straddles a block boundary.
+``SSEDecoder`` is the block cutter: it buffers the block in progress, finds where blocks end and
+hands the complete ones to the optional accelerator (``sse_fast``) or, one by one, to the field
+reader (``sse_fields``). CR and LF never occur inside a UTF-8 sequence, so blocks are cut at byte
+level and each is decoded once. Two line-end bytes in a row other than CR LF (LF LF, LF CR,
+CR CR) mean the second ends an empty line, which ends a block; so does a line end at the start of
+a block. Only a new read (and the pair its first byte makes with the last buffered one) can hold
+a new block end, so each read is searched once and the buffer never: linear for any chunking.
 
-Line ends are CR LF, LF or a lone CR; a CR that ends one read ends its line at once, and an LF
-at the start of the next read is then swallowed as its second half. Two line-ending bytes in a
-row other than CR LF (``\\n\\n``, ``\\n\\r``, ``\\r\\r``) mean the second ends an empty line, and
-a block ends right after it; so does a line end at the very start of a block. Only the new read
-(and the pair its first byte makes with the last buffered one) can hold a new block end, so each
-read is searched once and the buffer never again: the work is linear for any chunking.
-
-``nbytes`` and ``raw`` cover a block and its terminator by a rule on the bytes alone, so every
-chunking agrees: a block whose bytes end in LF CR (every CRLF stream) also takes the LF after
-that CR, so the blocks of a CRLF or LF body add up to it. A read that ends at such a CR *holds*
-the block until the next byte shows whether an LF follows; EOF dispatches it as it is. A block
-that ends in CR CR, or a blank line that starts a block, is dispatched at once, and an LF after
-it is swallowed by the next block (and counted in its ``raw``).
+A CR that ends a read ends its line at once; an LF at the start of the next read is swallowed.
+``raw``/``nbytes`` follow a rule on the bytes alone, so every chunking agrees: a block whose bytes
+end in LF CR (as in CRLF streams) takes the LF after that CR, so a body's blocks add up to it; a
+read that ends at that CR holds the block until the next byte (EOF dispatches it as it is).
+After a block ending in CR CR, or a blank line starting a block, the next block swallows an LF.
 """
 
 from __future__ import annotations
@@ -42,10 +36,9 @@ _PAIRS = frozenset({(_LF, _LF), (_LF, _CR), (_CR, _CR)})
 _BLOCK_END = re.compile(rb"\n[\r\n]|\r\r")  # the first pair at or after a position
 _OPEN, _EOF, _FAILED = "open", "eof", "failed"
 
-Accelerator = Callable[
-    [bytes, int, int, bool, str, Callable[[bytes], str]],
-    "tuple[list[ServerSentEvent], int] | None",
-]
+# read_shaped's signature: (joined, end, lead, cr, last_id, decode) -> (events, used) | None
+Accelerator = Callable[[bytes, int, int, bool, str, Callable[[bytes], str]], "Shaped"]
+Shaped = tuple[list[ServerSentEvent], int] | None
 
 
 class SSEDecoder:
@@ -62,22 +55,10 @@ class SSEDecoder:
     accelerator: ClassVar[Accelerator | None] = staticmethod(read_shaped)
     copy_limit: ClassVar[int] = COPY_LIMIT
 
-    __slots__ = (
-        "_base",
-        "_buf",
-        "_copy_limit",
-        "_cr",
-        "_decode",
-        "_fast",
-        "_fields",
-        "_head",
-        "_held",
-        "_max",
-        "_plain",
-        "_state",
-        "_swallow_lf",
-        "_unterminated",
-    )
+    # fmt: off
+    __slots__ = ("_base", "_buf", "_copy_limit", "_cr", "_decode", "_fast", "_fields", "_head",
+                 "_held", "_max", "_plain", "_state", "_swallow_lf", "_unterminated")
+    # fmt: on
 
     def __init__(
         self,
@@ -128,8 +109,7 @@ class SSEDecoder:
 
     @property
     def bytes_dispatched(self) -> int:
-        """Bytes before the first one not yet in a returned event or a skipped block (BOM
-        included): where the next block starts."""
+        """Where the next block starts: bytes in returned events or skipped blocks, BOM too."""
         return self._base
 
     def receive_data(self, data: bytes) -> list[ServerSentEvent]:
@@ -222,12 +202,7 @@ class SSEDecoder:
         if shaped is not None:
             events, used = shaped
         else:
-            try:
-                used = self._blocks(joined, end, end == size, events)
-            except StreamError as err:
-                err.events = events
-                self._fail(err)
-                raise
+            used = self._blocks(joined, end, end == size, events)
         if used < end:  # a held block, or an LF for the next block to swallow
             buf[:0] = joined[used:end]
             self._held = joined[end - 1] == _CR
@@ -254,12 +229,7 @@ class SSEDecoder:
         events: list[ServerSentEvent] = []
         tail = bytes(self._buf)
         if self._held:  # complete: no LF follows it
-            try:
-                tail = tail[self._blocks(tail, len(tail), False, events) :]
-            except StreamError as err:
-                err.events = events
-                self._fail(err)
-                raise
+            tail = tail[self._blocks(tail, len(tail), False, events) :]
         elif self._swallow_lf and tail[:1] == b"\n":
             tail = tail[1:]
         self._unterminated = tail
@@ -273,10 +243,11 @@ class SSEDecoder:
     def _blocks(
         self, region: bytes, size: int, at_end: bool, events: list[ServerSentEvent]
     ) -> int:
-        """Read the complete blocks of ``region[:size]`` one at a time with the field reader.
+        """Read the complete blocks of ``region[:size]`` one by one with the field reader.
 
-        Returns where the blocks read end: ``size``, or where a held last block (one that ends
-        in LF CR when nothing after it has arrived) or a last LF to swallow starts.
+        Returns where the blocks read end: ``size``, or where a held last block (it ends in LF
+        CR and nothing after it has arrived) or a last LF for the next block to swallow starts.
+        An error carries the events before it, and finishes the decoder.
         """
         swallow_lf = self._swallow_lf
         base = self._base
@@ -301,24 +272,21 @@ class SSEDecoder:
                 elif at_end:
                     break  # the next byte decides
             if end - start > self._max:
-                raise self._too_large(base + start)
+                raise self._fail(self._too_large(base + start, events))
             try:
                 event = self._fields.read(region, start, text, end)
             except UnicodeDecodeError:
-                raise decoding_error(region, text, end, base) from None
+                error = decoding_error(region, text, end, base)
+                error.events = events
+                raise self._fail(error) from None
             if event is not None:
                 events.append(event)
             swallow_lf = region[end - 1] == _CR
             start = end
         return start
 
-    # -- the rest -----------------------------------------------------------------------------
-
     def _take_head(self, data: bytes) -> bytes | None:
-        """Strip one leading BOM, even when its three bytes arrive in separate reads.
-
-        None while the body so far could still be the start of a BOM.
-        """
+        """Strip one leading BOM, even split across reads (None while one may be arriving)."""
         assert self._head is not None
         data = self._head + data
         if len(data) < 3 and _BOM.startswith(data):
@@ -330,15 +298,9 @@ class SSEDecoder:
             return data[3:]
         return data
 
-    def _too_large(
-        self, offset: int, events: list[ServerSentEvent] | None = None
-    ) -> EventTooLargeError:
-        return EventTooLargeError(
-            f"event larger than max_event_size={self._max} bytes",
-            limit=self._max,
-            offset=offset,
-            events=events,
-        )
+    def _too_large(self, at: int, events: list[ServerSentEvent] | None = None) -> StreamError:
+        message = f"event larger than max_event_size={self._max} bytes"
+        return EventTooLargeError(message, limit=self._max, offset=at, events=events)
 
     def _fail(self, err: StreamError) -> StreamError:
         """The decoder is finished: any further call is the caller's bug."""

@@ -1,8 +1,7 @@
 """One complete SSE block becomes an event: the WHATWG field rules, written once.
 
-Lines, colons and the one space after a colon are found at byte level (none of CR, LF, ":" or
-" " occurs inside a UTF-8 sequence), and each value is decoded once, when its block is complete:
-a block takes effect as a whole or, on a decoding error, not at all.
+Lines, colons and the space after a colon are found at byte level (none occurs inside a UTF-8
+sequence); each value is decoded once, so a block takes effect whole or, on an error, not at all.
 """
 
 from __future__ import annotations
@@ -72,12 +71,9 @@ class FieldReader:
     def read(
         self, region: bytes, start: int, text: int, end: int, *, dispatch: bool = True
     ) -> ServerSentEvent | None:
-        """The event of the block ``region[start:end]``, whose lines start at ``text`` (after an
-        LF swallowed as the second half of a CR LF), or None if it has no data.
-
-        ``dispatch=False`` reads the complete lines of a block cut by EOF: only ``retry`` takes
-        effect (it does so line by line in the spec), and nothing is decoded strictly.
-        """
+        """The event of the block ``region[start:end]`` (lines from ``text``, past a swallowed
+        LF), or None if it has no data. ``dispatch=False``: the complete lines of a block cut by
+        EOF, where only ``retry`` takes effect (line by line in the spec), nothing strictly."""
         errors = self.errors if dispatch else "replace"
         strict = errors == "strict"
         event_type = ""
@@ -125,8 +121,7 @@ class FieldReader:
         )
 
     def _fields(self, region: bytes, text: int, end: int) -> list[tuple[bytes, Value]]:
-        """(name, value) of each line of ``region[text:end]`` up to its blank line; a comment's
-        name is empty. One space after the colon is removed."""
+        """(name, value) of each line up to the blank one; a comment's name is empty."""
         if end - text > self.copy_limit:
             ends = (region.find(b"\n", text, end), region.find(b"\r", text, end))
             eol = min(i for i in ends if i >= 0)
