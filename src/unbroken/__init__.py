@@ -44,8 +44,7 @@ from .events import (
 from .finish import FinishReason, Status
 from .framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder, Utf8Decoder
 from .message import Message, ToolCall
-from .parsing import parse
-from .receiver import Frame, StreamReceiver
+from .receiver import Frame, StreamReceiver, parse
 from .trace import Trace
 
 # The I/O layers need httpx2 (extra ``client``), GraphemeBuffer needs regex; they load on first

@@ -1,11 +1,13 @@
-"""``StreamReceiver``: the sans-I/O pipeline bytes -> frames -> events -> ``Message``.
+"""``StreamReceiver``: the sans-I/O pipeline bytes -> frames -> events -> ``Message``; and
+``parse``, which feeds it a whole body (or a capture's reads) and returns the closed message.
 
 The client, the proxy and ``parse()`` all feed bytes here and act on the ``Frame`` values that come
 back: the proxy journals and forwards ``frame.sse`` (its raw bytes), the client yields
 ``frame.events`` and resets its idle timer on ``frame.is_content``.
 
 Per frame: the dialect parses the payload once, the frame gets its seq (the seq source is fixed by
-the first frame, design.md "Sequence numbers"), the dialect turns it into events, and the message
+the first frame: an unbroken proxy's ``<stream_id>:<n>`` id, else the provider's own number, else
+a numeric block id, else the frame's position), the dialect turns it into events, and the message
 commits them whole or not at all. A decoding error, an oversized event or a malformed payload ends
 the message ``failed`` with that error; frames completed before it are committed first. After
 that, or after EOF, the receiver takes no more data (``LocalProtocolError``).
@@ -16,6 +18,7 @@ Apart, in its own module: recognising an unbroken proxy's unnumbered notice (``p
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 
 from .dialects import detect_dialect, get_dialect
@@ -40,7 +43,7 @@ from .message import Message
 from .proxy_notice import is_gemini_notice, proxy_notice
 from .trace import DEFAULT_RAW_BUDGET, ERROR
 
-__all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "Frame", "StreamReceiver"]
+__all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "Frame", "StreamReceiver", "parse"]
 
 DEFAULT_STALL_SECONDS = 10.0
 
@@ -117,7 +120,6 @@ class StreamReceiver:
         # The Unbroken-Stream-Id of the response, when the caller saw one: an unbroken proxy
         # numbers every SSE frame it journals, so an unnumbered error frame is its notice.
         self.proxy_stream: str | None = None
-        self.seq_source: SeqSourceName | None = None
         self.finished = False
         self._max_event_size = max_event_size
         self._last_event_id = last_event_id
@@ -133,6 +135,12 @@ class StreamReceiver:
             self._configure_message()
             if dialect != "gemini":  # Gemini's body must be looked at first: JSON array or SSE
                 self._decoder = self._new_decoder(self.dialect.framing)
+
+    @property
+    def seq_source(self) -> str | None:
+        """How this stream's frames are numbered (fixed by the first frame); held by the
+        message, whose gap check needs it too."""
+        return self.message.seq_source
 
     # -- input --------------------------------------------------------------------------------
 
@@ -197,17 +205,27 @@ class StreamReceiver:
         message = self.message
         if message.closed:
             message.resume()  # LocalProtocolError unless interrupted
-        other = StreamReceiver.__new__(StreamReceiver)
-        other.__dict__.update(self.__dict__)
-        other.finished = False
-        other._last_event_id = self._last_event_id if last_event_id is None else last_event_id
-        other._decoder = None
-        other._head = bytearray()
+        other = StreamReceiver(
+            self.dialect_name,
+            max_event_size=self._max_event_size,
+            last_event_id=self._last_event_id if last_event_id is None else last_event_id,
+            stall_seconds=self._stall,
+            message=message,
+            framing=self.framing,
+        )
+        # What the stream taught the first connection: its dialect (if it was detected), its id
+        # and numbering, how many frames came and when the last did (for a stall across the gap).
+        if other.dialect is None and self.dialect is not None:
+            other.dialect = self.dialect
+            other._decoder = other._new_decoder(self.dialect.framing)
+        other.stream_id = self.stream_id
+        other.proxy_stream = self.proxy_stream
+        other._frames_seen = self._frames_seen
+        other._last_seq = self._last_seq
+        other._last_t = self._last_t
         # Positions are only valid for a replay from the start, unless the server says where it
         # resumes.
         other._position = 0 if position_after is None else position_after
-        if other.dialect is not None and other.dialect_name != "gemini":
-            other._decoder = other._new_decoder(other.dialect.framing)
         return other
 
     # -- frames -------------------------------------------------------------------------------
@@ -283,7 +301,7 @@ class StreamReceiver:
             source = "block_id"
         else:
             source = "position"
-        self.seq_source = self.message.seq_source = source
+        self.message.seq_source = source
         if source == "position":
             self._position += 1
             return self._position
@@ -385,6 +403,44 @@ def _note_unterminated_tail(message: Message, tail: bytes) -> None:
                 f"the body ended inside a UTF-8 character ({len(tail) - bad.start} of its "
                 "bytes arrived)",
             )
+
+
+def parse(
+    chunks: Iterable[bytes | tuple[float, bytes]] | bytes,
+    dialect: str = "auto",
+    trace: bool = True,
+    *,
+    max_event_size: int = DEFAULT_MAX_EVENT_SIZE,
+    stall_seconds: float = DEFAULT_STALL_SECONDS,
+    raw_budget: int = DEFAULT_RAW_BUDGET,
+) -> Message:
+    """Feed ``chunks`` (bytes, or ``(seconds, bytes)`` pairs from a capture) and EOF.
+
+    Never raises for bad input: a decoding error, an oversized event or a malformed payload ends
+    the message ``failed`` with the error in ``message.error``; what was committed before it is
+    kept. Bytes after such an error are not read. (An unknown dialect name is a ``ValueError``:
+    that is a mistake in the call, not in the input.)
+    """
+    if isinstance(chunks, bytes | bytearray | memoryview):
+        chunks = [bytes(chunks)]  # one body, not an iterable of ints
+    receiver = StreamReceiver(
+        dialect,
+        trace=trace,
+        max_event_size=max_event_size,
+        stall_seconds=stall_seconds,
+        raw_budget=raw_budget,
+    )
+    t = 0.0
+    for chunk in chunks:
+        if isinstance(chunk, tuple):
+            t, data = chunk
+        else:
+            data = chunk
+        receiver.receive_data(data, t)
+        if receiver.finished:
+            return receiver.message
+    receiver.receive_eof(t)
+    return receiver.message
 
 
 # Dialects whose protocol has no end marker after the finish reason.

@@ -36,7 +36,6 @@ OPTIONAL = [
     "unbroken.dialects",
     "unbroken.jsonparse",
     "unbroken.message",
-    "unbroken.parsing",
     "unbroken.proxy_notice",
     "unbroken.receiver",
     "unbroken.trace",
