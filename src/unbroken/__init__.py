@@ -51,13 +51,13 @@ from .trace import Trace
 # use so that importing ``unbroken`` stays standard-library only. Type checkers see the real names.
 if _TYPE_CHECKING:
     from .client import AsyncStream, Deadlines, Retry, Stream, astream, stream
-    from .graphemes import GraphemeBuffer
+    from .client.graphemes import GraphemeBuffer
     from .sdk import from_anthropic, from_gemini, from_ollama, from_openai
 
 _LAZY = {
     "AsyncStream": "unbroken.client",
     "Deadlines": "unbroken.client",
-    "GraphemeBuffer": "unbroken.graphemes",
+    "GraphemeBuffer": "unbroken.client.graphemes",
     "Retry": "unbroken.client",
     "Stream": "unbroken.client",
     "astream": "unbroken.client",

@@ -189,11 +189,9 @@ class SSEDecoder:
         size = len(joined)
         if end < size and joined[end - 1] == _CR and joined[end] == _LF:
             end += 1  # the block takes it if it ends in LF CR; else the next block swallows it
-        del buf[:]  # (frees a huge block's buffer before its value is decoded)
-        buf += joined[end:]
+        buf[:] = joined[end:]  # (frees a huge block's buffer before its value is decoded)
         # joined[:end] is complete blocks: the accelerator's if they are its shapes, else the
         # field reader's.
-        events: list[ServerSentEvent] = []
         fast = self._fast
         shaped = None
         if fast is not None and n <= self._copy_limit and end <= self._max:
@@ -202,12 +200,13 @@ class SSEDecoder:
         if shaped is not None:
             events, used = shaped
         else:
+            events = []
             used = self._blocks(joined, end, end == size, events)
         if used < end:  # a held block, or an LF for the next block to swallow
             buf[:0] = joined[used:end]
             self._held = joined[end - 1] == _CR
             self._plain = not self._held
-        else:
+        elif not self._plain:
             self._held = False
             self._plain = True
         if used:

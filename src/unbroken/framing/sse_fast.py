@@ -46,11 +46,10 @@ def read_shaped(
         stop = end - len(blank)  # in an LF-only stream every block ends in LF LF
     # Every block starts with the same line prefix: the blocks are split apart on the blank
     # line and that prefix, so that a piece is NAME name_end VALUE, or VALUE.
-    head = joined[lead : lead + 7]
-    if head == b"event: ":
-        named, sep = True, event_sep
-    elif head[:6] == b"data: ":
+    if joined.startswith(b"data: ", lead):
         named, sep = False, data_sep
+    elif joined.startswith(b"event: ", lead):
+        named, sep = True, event_sep
     else:
         return None
     extra = len(sep)
