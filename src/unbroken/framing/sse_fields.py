@@ -107,18 +107,8 @@ class FieldReader:
             self.last_event_id = block_id
         if not data:
             return None
-        return new_event(
-            ServerSentEvent,
-            (
-                event_type or "message",
-                text_data,
-                self.last_event_id,
-                block_id,
-                retry,
-                end - start,
-                region[start:end],
-            ),
-        )
+        fields = (event_type or "message", text_data, self.last_event_id, block_id, retry)
+        return new_event(ServerSentEvent, (*fields, end - start, region[start:end]))
 
     def _fields(self, region: bytes, text: int, end: int) -> list[tuple[bytes, Value]]:
         """(name, value) of each line up to the blank one; a comment's name is empty."""
@@ -152,7 +142,6 @@ def decoding_error(region: bytes, text: int, end: int, base: int) -> DecodingErr
             str(view[text:end], "utf-8")
         except UnicodeDecodeError as exc:
             offset = base + text + exc.start
-            return DecodingError(
-                f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}", offset=offset
-            )
+            detail = f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}"
+            return DecodingError(detail, offset=offset)
     raise AssertionError("the block decodes")  # pragma: no cover
