@@ -39,7 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..finish import Status
-from ..streams.access import may_read, parse_event_id
+from ..streams.access import events_cursor, may_read, parse_event_id
 from ..streams.journal import Journal, StreamRecord, journal_for
 from ..streams.lease import LeaseKeeper, Recovery, running_elsewhere
 from ..streams.limits import Refusal, body_refusal, read_body
@@ -53,7 +53,7 @@ from .listing import list_own_streams
 from .metrics import CONTENT_TYPE, ProxyMetrics
 from .producer_lost import reattachable, recovered_end
 from .relay import not_found, relay, target, upstream_unreachable
-from .replay import events_cursor, stream_response
+from .replay import stream_response
 from .routing import Endpoint, endpoint_for, request_headers, wants_stream
 from .wire import downstream_for, error_body
 
