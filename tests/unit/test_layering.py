@@ -238,7 +238,9 @@ def layer_of(module: str) -> str:
 def allowed_layers(layer: str) -> set[str]:
     if layer in ALLOWED:
         return ALLOWED[layer]
-    return set(LAYER_ORDER[: LAYER_ORDER.index(layer) + 1])
+    below = set(LAYER_ORDER[: LAYER_ORDER.index(layer) + 1])
+    # The SDK wrappers sit on the client, beside it: what may use the client may use them.
+    return below | {"sdk"} if layer != "client" else below
 
 
 def layer_violations(layer: str) -> list[str]:
@@ -265,7 +267,8 @@ def test_the_layer_rules() -> None:
     assert allowed_layers("sdk") == {"", "client"}  # never the proxy or the mock
     assert "proxy" not in allowed_layers("server")
     assert "server" not in allowed_layers("streams")
-    assert allowed_layers("proxy") == {"", "client", "mock", "streams", "server", "proxy"}
+    assert allowed_layers("proxy") == {"", "client", "sdk", "mock", "streams", "server", "proxy"}
+    assert "sdk" in allowed_layers("server")  # a tracked provider stream as a source
     assert layer_of("unbroken.resumption") == layer_of("unbroken.framing.sse") == ""
     assert layer_of("unbroken.sdk.openai") == "sdk"
     assert layer_of("unbroken.streams.journal") == "streams"
