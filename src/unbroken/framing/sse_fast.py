@@ -38,12 +38,10 @@ def read_shaped(
     length of ``joined``) it is left unread: the next byte decides whether it takes an LF.
     """
     blank, name_end, data_sep, event_sep = _STYLES[cr]
-    if cr and joined[end - 4 : end] != blank:
-        if joined[end - 3 : end] != b"\r\n\r":
-            return None
-        stop = end - 3
-    else:
-        stop = end - len(blank)  # in an LF-only stream every block ends in LF LF
+    # A last block without the LF after its CR is read as if it had one, then cut back.
+    short = cr and joined[end - 4 : end] != blank
+    if short and joined[end - 3 : end] != b"\r\n\r":
+        return None
     # Every block starts with the same line prefix: the blocks are split apart on the blank
     # line and that prefix, so that a piece is NAME name_end VALUE, or VALUE.
     if joined.startswith(b"data: ", lead):
@@ -53,31 +51,39 @@ def read_shaped(
     else:
         return None
     extra = len(sep)
+    pieces = joined[lead + extra - len(blank) : end + short - len(blank)].split(sep)
     events: list[ServerSentEvent] = []
     append = events.append
     new, cls = new_event, ServerSentEvent
-    event_type = "message"
     start = 0
-    size = extra + lead
+    size = extra + lead  # bytes of a block besides its piece
     try:
-        for value in joined[lead + len(sep) - len(blank) : stop].split(sep):
-            piece = len(value)
-            if named:
-                name, found, value = value.partition(name_end)
-                if not name or not found or _LF in name or (cr and _CR in name):
+        if named:
+            for piece in pieces:
+                name, found, value = piece.partition(name_end)
+                if not name or not found or _LF in name or _LF in value:
+                    return None  # another line, or a block of the other shape
+                if cr and (_CR in name or _CR in value):
                     return None
-                event_type = decode(name)
-            if _LF in value or (cr and _CR in value):
-                return None  # another line, or a block of the other shape
-            stop = start + size + piece
-            if stop > end:
-                stop = end  # the last block ends at its CR, without an LF
-            append(new(cls, (event_type, decode(value), last_id, None, None, stop - start,
-                             joined[start:stop])))  # fmt: skip
-            start = stop
-            size = extra
+                stop = start + size + len(piece)
+                append(new(cls, (decode(name), decode(value), last_id, None, None, stop - start,
+                                 joined[start:stop])))  # fmt: skip
+                start = stop
+                size = extra
+        else:
+            for value in pieces:
+                if _LF in value or (cr and _CR in value):
+                    return None
+                stop = start + size + len(value)
+                append(new(cls, ("message", decode(value), last_id, None, None, stop - start,
+                                 joined[start:stop])))  # fmt: skip
+                start = stop
+                size = extra
     except UnicodeDecodeError:
         return None
-    if end == len(joined) and joined[end - 1] == _CR:
-        start -= events.pop()[5]  # the last block waits for the next byte: is an LF its own?
-    return events, start
+    if short:
+        last = events.pop()
+        if end == len(joined):
+            return events, end + 1 - last[5]  # the next byte decides whether an LF is its own
+        append(new(cls, (*last[:5], last[5] - 1, last[6][:-1])))
+    return events, end
