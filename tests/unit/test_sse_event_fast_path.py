@@ -1,9 +1,10 @@
-"""SSEDecoder's hot path for ``event: NAME`` + ``data: VALUE`` blocks, and what it leaves alone.
+"""SSEDecoder's hot path (the accelerator) for ``event: NAME`` + ``data: VALUE`` blocks and lone
+``data:`` blocks, and what it leaves alone.
 
 Every body runs through ``tr`` (whole, byte by byte, split at every point) on every route
-(``SSE_PATHS``: as shipped, named-event path first, general path only, ...), and the outcome is
-asserted field by field, ``raw`` included (``exact``). ``general_reads`` records the reads the
-general path decoded, to show which shapes the hot path takes and which it leaves to it.
+(``SSE_PATHS``: as shipped, without the accelerator, without it and reading in place), and the
+outcome is asserted field by field, ``raw`` included (``exact``). ``general_reads`` records the
+regions the field reader (the general path) read, to show which shapes the hot path takes.
 """
 
 from __future__ import annotations
