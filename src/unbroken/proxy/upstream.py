@@ -371,7 +371,7 @@ class Producer:
                 return last
             self._key = key
         # The message's view, not its Finish alone: an error event in the stream is finish
-        # reason ``error`` with the provider's error type as the raw one (design.md).
+        # reason ``error`` with the provider's error type as the raw one.
         reason = message.finish_reason
         state = StreamState(
             status=message.status if final else Status.STREAMING,
