@@ -142,12 +142,11 @@ class ProxyApp:
 
     async def _sweep_forever(self) -> None:
         """Settle the streams of a producer that died while no reader watched them (readers
-        settle theirs at once): a replica sharing the journal (one lease period apart), a
-        sibling worker on the same SQLite file, or a producer of this process that lost its
-        journal (one renewal period apart)."""
-        shared = self.journal.follows_other_processes
+        settle theirs at once): a replica sharing the journal, a sibling worker on the same
+        SQLite file, or a producer of this process that lost its journal; one renewal period
+        apart, so a dead replica's streams end at most that long after its lease ran out."""
         while True:
-            await asyncio.sleep(self.config.lease_ttl if shared else self.config.lease_renew)
+            await asyncio.sleep(self.config.lease_renew)
             try:
                 await self.recovery.sweep()
             except Exception as error:  # the journal is away: the next round looks again
