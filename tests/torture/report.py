@@ -22,7 +22,7 @@ def table(rows: list[dict[str, object]]) -> str:
     lines.append("| " + " | ".join(totals) + " |")
     notes = [f"- {row['test']}: {json.dumps(row['notes'], ensure_ascii=False)}"
              for row in rows if row.get("notes")]
-    return "\n".join(lines + ([""] + notes if notes else []))
+    return "\n".join(lines + (["", *notes] if notes else []))
 
 
 def main(argv: list[str]) -> int:

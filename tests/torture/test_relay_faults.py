@@ -23,7 +23,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx2
@@ -83,10 +82,10 @@ class Outcome:
 
 def _cases() -> list[Case]:
     rng = random.Random(12_3)
-    cases = []
+    cases: list[Case] = []
     for dialect in DIALECTS:
         for reader in READERS:
-            for n in range(PROFILE.relay_streams):
+            for _n in range(PROFILE.relay_streams):
                 kind = KINDS[len(cases) % len(KINDS)]
                 cases.append(Case(dialect, reader, seed=1000 + len(cases),
                                   side=rng.choice(("upstream", "client", "both")),
@@ -149,8 +148,10 @@ def _run(case: Case, mock: str, proxy: str, upstream: FaultRelay,
 
 
 def _failures(outcomes: list[Outcome], bad: Callable[[Outcome], bool]) -> list[str]:
-    return [f"{o.case} -> {o.read.status} {o.read.error} {o.read.text!r} | journal "
-            f"{o.verdict.proxy_status} {o.verdict.proxy_text!r}" for o in outcomes if bad(o)]
+    return [f"{o.case} -> {o.read.status} {o.read.error} streams={o.read.streams} "
+            f"connections={o.read.connections} generations={o.generations} "
+            f"{len(o.read.text)} chars | journal {o.verdict.proxy_status} "
+            f"{len(o.verdict.proxy_text)} chars" for o in outcomes if bad(o)]
 
 
 def test_the_journal_holds_whole_deltas_only(outcomes: list[Outcome]) -> None:
@@ -159,7 +160,7 @@ def test_the_journal_holds_whole_deltas_only(outcomes: list[Outcome]) -> None:
 
 
 def test_every_reader_gets_exactly_the_journaled_text(outcomes: list[Outcome]) -> None:
-    assert _failures(outcomes, lambda o: o.verdict.duplicated or o.verdict.lost) == []
+    assert _failures(outcomes, lambda o: bool(o.verdict.duplicated or o.verdict.lost)) == []
     assert sum(o.verdict.exact or o.verdict.interrupted_with_prefix for o in outcomes) \
         == len(outcomes)
 

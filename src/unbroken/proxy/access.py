@@ -27,6 +27,7 @@ __all__ = [
     "parse_event_id",
     "presented_secrets",
     "secret_hash",
+    "valid_seq",
 ]
 
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
@@ -95,12 +96,22 @@ def new_stream_token() -> str:
     return "ubt_" + secrets.token_urlsafe(32)
 
 
+# The journals store a seq as a signed 64-bit integer (SQLite INTEGER): a larger one in a
+# Last-Event-ID is no seq of ours (it used to reach the SQLite query and raise OverflowError).
+MAX_SEQ = 2**63 - 1
+
+
+def valid_seq(text: str) -> bool:
+    """Whether ``text`` is a seq as this proxy writes it: ASCII digits, at most ``MAX_SEQ``."""
+    return text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_SEQ
+
+
 def parse_event_id(value: str | None) -> tuple[str, int] | None:
     """``(stream_id, seq)`` from a ``Last-Event-ID`` of this proxy, else ``None``."""
     if not value:
         return None
     stream_id, colon, seq = value.strip().rpartition(":")
-    if not colon or not seq.isascii() or not seq.isdigit():
+    if not colon or not valid_seq(seq):
         return None
     if not _STREAM_ID.fullmatch(stream_id):
         return None

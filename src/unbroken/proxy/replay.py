@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from starlette.responses import StreamingResponse
 
+from .access import valid_seq
 from .journal import Journal
 from .lease import reattachable
 from .wire import Downstream, error_frame
@@ -106,12 +107,12 @@ def events_cursor(
     last_event_id = headers.get("last-event-id")
     if last_event_id:
         named, colon, seq = last_event_id.strip().rpartition(":")
-        if not colon or named != stream_id or not seq.isascii() or not seq.isdigit():
+        if not colon or named != stream_id or not valid_seq(seq):
             return None
         return int(seq)
     after = query.get("after")
     if after is None:
         return 0
-    if not after.isascii() or not after.isdigit():
+    if not valid_seq(after):
         return None
     return int(after)
