@@ -20,15 +20,16 @@ class Profile:
     kill_streams: int  # concurrent streams per round
     redis_rounds: int  # one of two replicas killed, per round
     fuzz_examples: int  # hypothesis examples per decoder or dialect
+    hostile_mib: int  # MiB of hostile input per memory-bound check
     soak_seconds: float  # steady load
     soak_concurrency: int
 
 
 _PROFILES = {
     "short": Profile(name="short", relay_streams=3, kill_rounds=2, kill_streams=20,
-                     redis_rounds=1, fuzz_examples=300, soak_seconds=20.0, soak_concurrency=4),
+                     redis_rounds=1, fuzz_examples=150, hostile_mib=2, soak_seconds=20.0, soak_concurrency=4),
     "long": Profile(name="long", relay_streams=40, kill_rounds=8, kill_streams=40,
-                    redis_rounds=5, fuzz_examples=5000, soak_seconds=300.0, soak_concurrency=12),
+                    redis_rounds=5, fuzz_examples=5000, hostile_mib=16, soak_seconds=300.0, soak_concurrency=12),
 }
 
 PROFILE = _PROFILES[os.environ.get("UNBROKEN_TORTURE", "short")]
