@@ -13,6 +13,7 @@ Example counts come from the profile (``PROFILE.fuzz_examples`` per test).
 
 from __future__ import annotations
 
+import itertools
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,7 +69,7 @@ def with_splits(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
     data = draw(hostile())
     cuts = sorted(set(draw(st.lists(st.integers(0, len(data)), max_size=12))))
     edges = [0, *cuts, len(data)]
-    return data, [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return data, [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 def _bytewise(data: bytes) -> Iterator[bytes]:
