@@ -26,8 +26,8 @@ class Profile:
 
 
 _PROFILES = {
-    "short": Profile(name="short", relay_streams=3, kill_rounds=2, kill_streams=20,
-                     redis_rounds=1, fuzz_examples=150, hostile_mib=2, soak_seconds=20.0,
+    "short": Profile(name="short", relay_streams=3, kill_rounds=1, kill_streams=20,
+                     redis_rounds=1, fuzz_examples=100, hostile_mib=2, soak_seconds=20.0,
                      soak_concurrency=4),
     "long": Profile(name="long", relay_streams=40, kill_rounds=8, kill_streams=40,
                     redis_rounds=5, fuzz_examples=5000, hostile_mib=16, soak_seconds=300.0,
