@@ -9,7 +9,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from ..framing import DEFAULT_MAX_EVENT_SIZE
-from .journal import journal_for
+from ..streams.journal import journal_for
 
 __all__ = ["DEFAULT_ORIGINS", "PROVIDERS", "ProxyConfig", "cors_origin", "parse_duration"]
 

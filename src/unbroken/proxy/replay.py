@@ -12,9 +12,9 @@ from dataclasses import replace
 
 from starlette.responses import StreamingResponse
 
-from .access import valid_seq
-from .journal import Journal
-from .lease import reattachable
+from ..streams.access import valid_seq
+from ..streams.journal import Journal
+from .producer_lost import reattachable
 from .wire import Downstream, error_frame
 
 __all__ = ["SSE_HEADERS", "end_notice", "events_cursor", "frames_body", "stream_response"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..jsonparse import dumps_compact
-from .journal import FrameRecord
+from ..streams.journal import FrameRecord
 
 __all__ = [
     "KEEPALIVE_COMMENT",
