@@ -213,7 +213,7 @@ def test_plan_queue_and_commands() -> None:
             got = b""
             while chunk := sock.recv(4096):
                 got += chunk
-            assert got in (b"", HEAD)  # EOF at once, the head forwarded or not yet
+            assert HEAD.startswith(got)  # EOF at once, with what was forwarded before it
         hold.set()
         assert relay.stats().connections == 6
         assert relay.stats().faults == {"reset": 2, "half_close": 2}
