@@ -29,9 +29,9 @@ _PROFILES = {
     "short": Profile(name="short", relay_streams=3, kill_rounds=1, kill_streams=20,
                      redis_rounds=1, fuzz_examples=100, hostile_mib=2, soak_seconds=20.0,
                      soak_concurrency=4),
-    "long": Profile(name="long", relay_streams=40, kill_rounds=8, kill_streams=40,
-                    redis_rounds=5, fuzz_examples=5000, hostile_mib=16, soak_seconds=300.0,
-                    soak_concurrency=12),
+    "long": Profile(name="long", relay_streams=14, kill_rounds=5, kill_streams=30,
+                    redis_rounds=3, fuzz_examples=1000, hostile_mib=16, soak_seconds=180.0,
+                    soak_concurrency=8),
 }
 
 PROFILE = _PROFILES[os.environ.get("UNBROKEN_TORTURE", "short")]
