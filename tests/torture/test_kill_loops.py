@@ -67,6 +67,7 @@ class Reader:
     library: bool = False
     library_status: str = ""
     library_text: str = ""
+    resume_head_s: float | None = None  # from the restart until the resume's response head
 
 
 def _port(url: str) -> int:
@@ -123,8 +124,8 @@ def _library_read(base: str, reader: Reader) -> None:
     reader.library_status, reader.library_text = s.message.status.value, text
 
 
-def _resume(base: str, reader: Reader) -> None:
-    """After the restart: the rest of the stream (bounded attempts)."""
+def _resume(base: str, reader: Reader, ready: float) -> None:
+    """After the restart (at ``ready``, monotonic): the rest of the stream (bounded)."""
     if reader.library:
         return
     for attempt in range(6):
@@ -139,6 +140,8 @@ def _resume(base: str, reader: Reader) -> None:
             with httpx2.stream("GET", f"{base}/v1/streams/{reader.stream_id}/events",
                                headers=AUTH | {"last-event-id": f"{reader.stream_id}:{last}"},
                                timeout=READ_S) as response:
+                if reader.resume_head_s is None:
+                    reader.resume_head_s = time.monotonic() - ready
                 if response.status_code in (200, 204):
                     _read_frames(response, got)
                     reader.after += got
@@ -191,9 +194,10 @@ def _run_round(rng: random.Random, readers: list[Reader], front: FaultRelay, moc
         time.sleep(rng.uniform(0, 0.05))
         kill()
         after_kill()
+        ready = time.monotonic()
         for future in futures:
             future.result(timeout=READ_S * 3)
-        list(pool.map(lambda r: _resume(front.url, r), readers))
+        list(pool.map(lambda r: _resume(front.url, r, ready), readers))
     return moment
 
 
@@ -325,7 +329,10 @@ def _tally(name: str, rounds: list[Round]) -> None:
             reader.library and reader.stream_id is not None
             and reader.library_status != r.statuses[reader.stream_id]["status"]
             for reader in r.readers)
+    heads = [reader.resume_head_s for r in rounds for reader in r.readers
+             if reader.resume_head_s is not None]
     tally.notes = {"kill moments": [r.kill_at for r in rounds],
+                   "resume head after restart, max s": round(max(heads, default=0.0), 2),
                    "generations without a record": sum(max(0, r.generations - r.listed)
                                                        for r in rounds),
                    "streams per round": PROFILE.kill_streams}
