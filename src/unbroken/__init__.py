@@ -44,21 +44,20 @@ from .events import (
 from .finish import FinishReason, Status
 from .framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder, Utf8Decoder
 from .message import Message, ToolCall
-from .parsing import parse
-from .receiver import Frame, StreamReceiver
+from .receiver import Frame, StreamReceiver, parse
 from .trace import Trace
 
 # The I/O layers need httpx2 (extra ``client``), GraphemeBuffer needs regex; they load on first
 # use so that importing ``unbroken`` stays standard-library only. Type checkers see the real names.
 if _TYPE_CHECKING:
     from .client import AsyncStream, Deadlines, Retry, Stream, astream, stream
-    from .graphemes import GraphemeBuffer
+    from .client.graphemes import GraphemeBuffer
     from .sdk import from_anthropic, from_gemini, from_ollama, from_openai
 
 _LAZY = {
     "AsyncStream": "unbroken.client",
     "Deadlines": "unbroken.client",
-    "GraphemeBuffer": "unbroken.graphemes",
+    "GraphemeBuffer": "unbroken.client.graphemes",
     "Retry": "unbroken.client",
     "Stream": "unbroken.client",
     "astream": "unbroken.client",
