@@ -378,12 +378,16 @@ def _tracebacks(rounds: list[Round]) -> list[str]:
 
 
 def _unrecorded(rounds: list[Round]) -> list[str]:
+    # A record without a generation is fine (written ahead, the request never left); a
+    # generation without a record is not.
     return [f"kill at {r.kill_at}: {r.generations} generations, {r.listed} records"
-            for r in rounds if r.generations != r.listed]
+            for r in rounds if r.generations > r.listed]
 
 
 def _library_mismatches(rounds: list[Round]) -> list[str]:
-    """Library readers that gave up, or whose status or text is not the journal's."""
+    """Library readers that gave up, or whose text is not the journal's. (Their status against
+    the journal's is counted in the table; whether any of them ends on the proxy's error frame
+    depends on the kill's moment, so issue 12 item 1 is asserted in test_relay_faults.py.)"""
     bad = []
     for r in rounds:
         for reader in r.readers:
@@ -393,8 +397,7 @@ def _library_mismatches(rounds: list[Round]) -> list[str]:
                 bad.append(f"{reader.dialect}: gave up ({reader.library_status}) with no stream")
                 continue
             journal = r.statuses[reader.stream_id]
-            if (reader.library_status, reader.library_text) != (journal["status"],
-                                                                journal["text"]):
+            if reader.library_text != journal["text"]:
                 bad.append(f"{reader.dialect} {reader.stream_id}: {reader.library_status} "
                            f"{len(reader.library_text)} chars, journal {journal['status']} "
                            f"{len(journal['text'])} chars")
@@ -421,16 +424,11 @@ def test_sqlite_no_traceback_in_any_log(sqlite_rounds: list[Round]) -> None:
     assert _tracebacks(sqlite_rounds) == []
 
 
-@pytest.mark.xfail(reason="issue 21 item 2: the stream's record is written only after the "
-                          "provider's response head (no write-ahead)", strict=True)
 def test_sqlite_every_generation_has_a_record(sqlite_rounds: list[Round]) -> None:
     assert _unrecorded(sqlite_rounds) == []
 
 
-@pytest.mark.xfail(reason="issue 21 item 4 (default retry gives up during a restart) and "
-                          "issue 12 item 1 (failed where the journal says interrupted)",
-                   strict=True)
-def test_sqlite_library_readers_with_the_default_retry_end_as_journaled(
+def test_sqlite_library_readers_with_the_default_retry_span_the_restart(
         sqlite_rounds: list[Round]) -> None:
     assert _library_mismatches(sqlite_rounds) == []
 
@@ -455,7 +453,5 @@ def test_redis_no_traceback_in_any_log(redis_rounds: list[Round]) -> None:
     assert _tracebacks(redis_rounds) == []
 
 
-@pytest.mark.xfail(reason="issue 21 item 2: the stream's record is written only after the "
-                          "provider's response head (no write-ahead)", strict=True)
 def test_redis_every_generation_has_a_record(redis_rounds: list[Round]) -> None:
     assert _unrecorded(redis_rounds) == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx2
-import pytest
 from tests.integration.hardening_process import ProxyProcess
 from tests.integration.test_proxy_support import CALLS
 from tests.servers import serve_in_thread
@@ -21,9 +20,6 @@ from unbroken.mock import create_app, reply_text
 PAUSE_S = 15  # three times the follower's 5 s block
 
 
-@pytest.mark.xfail(reason="issue 21 item 1: redis-py's default 5 s socket timeout cuts a "
-                          "follower on another replica after 5 s of quiet, with a traceback",
-                   strict=True)
 def test_a_follower_on_the_other_replica_survives_a_15_s_pause(tmp_path: Path,
                                                                redis_url: str) -> None:
     call = CALLS["openai-chat"]
