@@ -199,6 +199,7 @@ def run(arguments: argparse.Namespace) -> int:
     from ..mock import reply_text
     from ..proxy import ProxyConfig
     from ..proxy import create_app as create_proxy
+    from ..proxy.config import PROVIDERS
 
     out = console()
     started = time.monotonic()
@@ -206,8 +207,8 @@ def run(arguments: argparse.Namespace) -> int:
     results: list[SceneResult] = []
     with tempfile.TemporaryDirectory(prefix="unbroken-demo-") as tmp:
         with serve_in_thread(create_mock()) as upstream:
-            config = ProxyConfig(openai=upstream, anthropic=upstream, gemini=upstream,
-                                 ollama=upstream, store=f"sqlite:///{tmp}/journal.db")
+            config = ProxyConfig(origins=dict.fromkeys(PROVIDERS, upstream),
+                                 store=f"sqlite:///{tmp}/journal.db")
             with serve_in_thread(create_proxy(config)) as proxy:
                 if not arguments.json:
                     out.print(f"mock upstream {upstream}  ·  unbroken proxy {proxy}  ·  "

@@ -24,8 +24,12 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from .base import DONE, NOTHING, PASS, SSEDialect, count, error_event, finish
+from .routes import Provider, Route
 
-__all__ = ["EVENT_TYPES", "FINISH_REASONS", "RETRYABLE_ERRORS", "OpenAIChatDialect"]
+__all__ = ["EVENT_TYPES", "FINISH_REASONS", "OPENAI", "RETRYABLE_ERRORS", "OpenAIChatDialect"]
+
+OPENAI: Final = Provider(name="openai", default_origin="https://api.openai.com", fallback=True)
+"""OpenAI's origin, shared with the Responses dialect; requests no provider claims go here."""
 
 EVENT_TYPES: Final[Mapping[str, str]] = {
     "chat.completion.chunk": "chunk",  # choices and/or usage
@@ -56,6 +60,7 @@ RETRYABLE_ERRORS: Final = frozenset({"server_error", "rate_limit_exceeded"})
 
 class OpenAIChatDialect(SSEDialect):
     name = "openai-chat"
+    route = Route(provider=OPENAI, paths=("/v1/chat/completions",))
 
     def __init__(self) -> None:
         super().__init__()

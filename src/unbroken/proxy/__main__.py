@@ -108,7 +108,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         if origin:
             origins[provider] = origin
     return ProxyConfig(
-        **origins,
+        origins=origins,
         store=args.store,
         on_disconnect=args.on_disconnect,
         cancel_after=args.cancel_after,

@@ -21,6 +21,7 @@ import secrets
 import time
 from dataclasses import replace
 
+from ..dialects import dialect_class
 from ..finish import Status
 from .journal import FrameRecord, Journal, Lease, StreamRecord
 from .logs import log_event
@@ -36,7 +37,7 @@ def reattachable(record: StreamRecord) -> bool:
     """A stream left by a dead producer that its upstream can continue (Responses background)."""
     state = record.state
     return (
-        record.meta.dialect == "openai-responses"
+        dialect_class(record.meta.dialect).resumes_upstream
         and record.meta.background
         and state.provider_id is not None
         and state.status is Status.INTERRUPTED
@@ -183,6 +184,6 @@ def running_elsewhere(lease: Lease | None, owner: str) -> bool:
 def _next_provider_seq(record: StreamRecord) -> int | None:
     # The Responses error event continues the provider's numbering; a foreground Responses
     # stream's last frame number is its last seq minus one (sequence_number starts at 0).
-    if record.meta.dialect != "openai-responses":
+    if not dialect_class(record.meta.dialect).numbered:
         return None
     return record.state.last_seq

@@ -14,7 +14,8 @@ Two compatibility rules shape the bytes (both found in the official SDKs' decode
   the ``Unbroken-Stream-Id`` header, and frame n of the body is seq n). A bare LF keeps it alive.
   ``GET /v1/streams/{id}/events`` serves every dialect with ids.
 
-Ollama's POST stays NDJSON: the upstream line bytes, one per line, no ids.
+A dialect whose framing has no ids keeps its own on its POST: Ollama's NDJSON is the upstream
+line bytes, one per line; Bedrock's event stream is the upstream messages, byte for byte.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..dialects import dialect_class
+from ..framing import SSE, Framing
 from ..jsonparse import dumps_compact
 from .journal import FrameRecord
 
@@ -42,19 +45,21 @@ KEEPALIVE_COMMENT = b": keep-alive\n"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Downstream:
-    """How one response serializes frames: SSE with or without ids, or NDJSON."""
+    """How one response serializes frames: SSE with or without ids, or the dialect's own
+    framing (NDJSON lines, event-stream messages) as journaled."""
 
     media_type: str
     dialect: str  # whose error frame ends a response cut short
-    ndjson: bool = False
+    framing: Framing = SSE
     ids: bool = True
     keepalive: bytes | None = KEEPALIVE_COMMENT
     retry_ms: int | None = None
 
     def frames(self, stream_id: str, frames: list[FrameRecord], first: bool) -> bytes:
         """The wire bytes of a batch of frames; ``first`` marks the response's first batch."""
-        if self.ndjson:
-            return b"".join([frame.data + b"\n" for frame in frames])
+        if self.framing is not SSE:
+            end = self.framing.terminator
+            return b"".join([frame.data + end for frame in frames])
         out: list[bytes] = []
         prefix = stream_id.encode() + b":"
         retry = self.retry_ms if first else None
@@ -84,10 +89,11 @@ def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
     if events_endpoint:
         return Downstream(media_type="text/event-stream; charset=utf-8", dialect=dialect,
                           retry_ms=retry_ms)
-    if dialect == "ollama":
-        return Downstream(media_type=media_type, dialect=dialect, ndjson=True, ids=False,
-                          keepalive=None)
-    if dialect == "gemini" and "text/event-stream" not in accept.lower():
+    spec = dialect_class(dialect)
+    if not spec.framing.ids:
+        return Downstream(media_type=media_type, dialect=dialect, framing=spec.framing,
+                          ids=False, keepalive=None)
+    if spec.ids_when_accepted and "text/event-stream" not in accept.lower():
         return Downstream(media_type=media_type, dialect=dialect, ids=False, keepalive=b"\n")
     return Downstream(media_type=media_type, dialect=dialect, retry_ms=retry_ms)
 
@@ -96,8 +102,8 @@ def upstream_framing(dialect: str, media_type: str) -> Downstream:
     """Frames as the upstream's own wire carried them (the evidence export): SSE ``event:``
     (when named) and ``data:`` lines and a blank line, or an NDJSON line; no ids, no hints.
     What the upstream sent besides (``id:``/``retry:`` lines, comments) was never journaled."""
-    return Downstream(media_type=media_type, dialect=dialect, ndjson=dialect == "ollama",
-                      ids=False, keepalive=None)
+    return Downstream(media_type=media_type, dialect=dialect,
+                      framing=dialect_class(dialect).framing, ids=False, keepalive=None)
 
 
 def error_frame(dialect: str, seq: int, code: str, message: str,
