@@ -231,8 +231,9 @@ def test_anthropic_error_event_and_drop(anthropic_client: anthropic.Anthropic) -
     assert caught.value.body == {"type": "error",
                                  "error": {"type": "overloaded_error", "message": "Overloaded"}}
     texts = []
-    # The SDK does not wrap a broken body: httpx2's own error comes through.
-    with pytest.raises(httpx2.RemoteProtocolError, match="incomplete chunked read"):
+    # anthropic < 2.17 lets httpx2's own error through; 2.17 wraps it in APIConnectionError.
+    with pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError),
+                       match="incomplete chunked read"):
         for event in anthropic_client.messages.create(
             model="claude-mock", max_tokens=100, messages=MESSAGES, stream=True,
             extra_headers=scenario("tokens=4; drop_after=5"),
