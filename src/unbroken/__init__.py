@@ -53,7 +53,7 @@ from .trace import Trace
 if _TYPE_CHECKING:
     from .client import AsyncStream, Deadlines, Retry, Stream, astream, stream
     from .graphemes import GraphemeBuffer
-    from .sdk import from_anthropic, from_gemini, from_ollama, from_openai
+    from .sdk import from_anthropic, from_bedrock, from_gemini, from_ollama, from_openai
 
 _LAZY = {
     "AsyncStream": "unbroken.client",
@@ -63,6 +63,7 @@ _LAZY = {
     "Stream": "unbroken.client",
     "astream": "unbroken.client",
     "from_anthropic": "unbroken.sdk",
+    "from_bedrock": "unbroken.sdk",
     "from_gemini": "unbroken.sdk",
     "from_ollama": "unbroken.sdk",
     "from_openai": "unbroken.sdk",
@@ -135,6 +136,7 @@ __all__ = [
     "__version__",
     "astream",
     "from_anthropic",
+    "from_bedrock",
     "from_gemini",
     "from_ollama",
     "from_openai",

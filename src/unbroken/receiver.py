@@ -195,7 +195,7 @@ class StreamReceiver:
             tail = b"".join(self._ndjson_tail).strip(_WHITESPACE)
         frames = self._frames(found, t)
         if not self.finished:
-            note_unterminated_tail(self.message, tail)
+            note_unterminated_tail(self.message, tail, text=self._text_framing())
             self.finished = True
             self.message.close()
         return frames
@@ -375,6 +375,10 @@ class StreamReceiver:
         receiver was told another framing."""
         chosen = self.framing or framing or SSE
         return chosen.new_decoder(self._max_event_size, self._last_event_id)
+
+    def _text_framing(self) -> bool:
+        framing = self.framing or (self.dialect.framing if self.dialect is not None else SSE)
+        return framing.text
 
     def _configure_message(self) -> None:
         assert self.dialect is not None

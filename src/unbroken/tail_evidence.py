@@ -23,13 +23,16 @@ def keep_last_line(kept: list[bytes], data: bytes) -> list[bytes]:
     return kept
 
 
-def note_unterminated_tail(message: Message, tail: bytes) -> None:
-    """Warn about a non-empty tail, and about half a UTF-8 character at its very end."""
+def note_unterminated_tail(message: Message, tail: bytes, *, text: bool = True) -> None:
+    """Warn about a non-empty tail, and (for a text framing) about half a UTF-8 character at
+    its very end."""
     if not tail:
         return
     message.warn(
         "unterminated_tail", f"{len(tail)} bytes after the last complete frame: {tail[:80]!r}"
     )
+    if not text:
+        return
     try:
         tail.decode("utf-8")
     except UnicodeDecodeError as bad:

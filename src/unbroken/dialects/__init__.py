@@ -27,6 +27,7 @@ __all__ = [
     "DONE",
     "PROVIDERS",
     "AsksStream",
+    "BedrockConverseDialect",
     "Dialect",
     "Provider",
     "Route",

@@ -40,7 +40,8 @@ class Framing:
     """``media_types``: the first is what a server sends; the rest are accepted too.
     ``sniff``: a body whose first non-whitespace byte is this one has this framing (``None``:
     the default, SSE). ``ids``: frames carry event ids on the wire. ``terminator``: what
-    follows a frame's own bytes when it is written again (a framing without ids only)."""
+    follows a frame's own bytes when it is written again (a framing without ids only).
+    ``text``: frames are UTF-8 text (they may travel as SSE data); binary ones may not."""
 
     name: str
     media_types: tuple[str, ...]
@@ -48,6 +49,7 @@ class Framing:
     ids: bool = False
     sniff: int | None = None
     terminator: bytes = b""
+    text: bool = True
 
     def new_decoder(self, max_event_size: int, last_event_id: str = "") -> Decoder:
         return self.decoder(max_event_size, last_event_id)
@@ -76,6 +78,7 @@ EVENT_STREAM = Framing(
     decoder=lambda size, last_id: EventStreamDecoder(max_event_size=size),
     # A prelude's first byte is the high byte of the total length: 0 below 16 MiB.
     sniff=0x00,
+    text=False,
 )
 
 FRAMINGS: tuple[Framing, ...] = (SSE, NDJSON, EVENT_STREAM)
