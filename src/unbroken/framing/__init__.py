@@ -1,7 +1,7 @@
 """Bytes to frames: SSE events, NDJSON lines, AWS event-stream messages and whole UTF-8
 characters (sans-I/O)."""
 
-from .eventstream import EventStreamDecoder, EventStreamMessage
+from .eventstream import EventStreamDecoder, EventStreamMessage, encode_message
 from .framings import EVENT_STREAM, FRAMINGS, NDJSON, SSE, Decoder, Framing, WireFrame
 from .ndjson import JSONLine, NDJSONDecoder
 from .sse import DEFAULT_MAX_EVENT_SIZE, ServerSentEvent, SSEDecoder
@@ -23,4 +23,5 @@ __all__ = [
     "ServerSentEvent",
     "Utf8Decoder",
     "WireFrame",
+    "encode_message",
 ]

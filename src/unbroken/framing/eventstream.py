@@ -32,13 +32,14 @@ any split of the body across reads decodes identically.
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 from zlib import crc32
 
 from ..errors import DecodingError, EventTooLargeError, LocalProtocolError, StreamError
 from .sse import DEFAULT_MAX_EVENT_SIZE
 
-__all__ = ["EventStreamDecoder", "EventStreamMessage", "HeaderValue"]
+__all__ = ["EventStreamDecoder", "EventStreamMessage", "HeaderValue", "encode_message"]
 
 HeaderValue = bool | int | bytes | str
 """A header's value: bool, int (byte, short, integer, long, timestamp in ms), bytes (byte array,
@@ -46,6 +47,10 @@ uuid) or str."""
 
 _PRELUDE = 12
 _OVERHEAD = 16  # prelude and message CRC
+_PRELUDE_FIELDS = struct.Struct(">III").unpack_from
+_UINT32 = struct.Struct(">I").unpack_from
+_CACHED_BLOCKS = 64  # distinct header blocks remembered per stream (a bound on the memory)
+_CACHED_BLOCK_SIZE = 512
 # fixed-width types: (width, signed); struct is not needed for whole big-endian integers
 _FIXED = {2: 1, 3: 2, 4: 4, 5: 8, 8: 8}
 
@@ -79,6 +84,7 @@ class EventStreamDecoder:
         self._need = _PRELUDE  # bytes the next step waits for (prelude, then the whole message)
         self._total = 0  # the current message's length once its prelude is checked
         self._state = "open"
+        self._header_cache: dict[bytes, dict[str, HeaderValue]] = {}
 
     @property
     def bytes_received(self) -> int:
@@ -123,59 +129,82 @@ class EventStreamDecoder:
         size = len(buf)
         start = 0
         total = self._total
-        while True:
-            if not total:
-                if size - start < _PRELUDE:
+        cache = self._header_cache
+        append = messages.append
+        with memoryview(buf) as view:  # released before the buffer is cut below
+            while True:
+                if not total:
+                    if size - start < _PRELUDE:
+                        break
+                    total = self._prelude(view, start)
+                if size - start < total:
                     break
-                total = self._prelude(buf, start)
-            if size - start < total:
-                break
-            messages.append(self._message(buf, start, total))
-            start += total
-            total = 0
+                stop = start + total
+                if crc32(view[start : stop - 4]) != _UINT32(buf, stop - 4)[0]:
+                    offset = self._base + start
+                    raise DecodingError(
+                        f"event stream: message CRC32 mismatch in the message at byte offset "
+                        f"{offset}",
+                        offset=offset,
+                    )
+                raw = view[start:stop].tobytes()
+                end = _PRELUDE + _UINT32(raw, 4)[0]
+                # AWS services repeat the same few header blocks (one per event type): each
+                # distinct block is parsed once.
+                block = raw[_PRELUDE:end]
+                headers = cache.get(block)
+                if headers is None:
+                    headers = _headers(raw, end, self._base + start)
+                    if len(cache) < _CACHED_BLOCKS and len(block) <= _CACHED_BLOCK_SIZE:
+                        cache[block] = headers
+                append(EventStreamMessage(headers.copy(), raw[end:-4], total, raw))
+                start = stop
+                total = 0
         if start:
             del buf[:start]
             self._base += start
         self._total = total
         self._need = total or _PRELUDE
 
-    def _prelude(self, buf: bytearray, start: int) -> int:
+    def _prelude(self, view: memoryview, start: int) -> int:
         """The checked total length of the message that starts at ``start``."""
-        offset = self._base + start
-        prelude = bytes(buf[start : start + _PRELUDE])
-        if crc32(prelude[:8]) != int.from_bytes(prelude[8:], "big"):
+        total, headers, checksum = _PRELUDE_FIELDS(view, start)
+        if crc32(view[start : start + 8]) != checksum:
+            offset = self._base + start
             raise DecodingError(
                 f"event stream: prelude CRC32 mismatch in the message at byte offset {offset}",
                 offset=offset,
             )
-        total = int.from_bytes(prelude[:4], "big")
-        headers = int.from_bytes(prelude[4:8], "big")
         if total < _OVERHEAD or headers > total - _OVERHEAD:
+            offset = self._base + start
             raise DecodingError(
                 f"event stream: impossible lengths (total {total}, headers {headers}) in the "
                 f"message at byte offset {offset}",
                 offset=offset,
             )
         if total > self._max:
+            offset = self._base + start
             raise EventTooLargeError(
                 f"event stream message of {total} bytes at byte offset {offset} is larger than "
                 f"max_event_size={self._max}",
                 limit=self._max,
                 offset=offset,
             )
-        return total
+        return int(total)
 
-    def _message(self, buf: bytearray, start: int, total: int) -> EventStreamMessage:
-        raw = bytes(buf[start : start + total])
-        offset = self._base + start
-        if crc32(raw[:-4]) != int.from_bytes(raw[-4:], "big"):
-            raise DecodingError(
-                f"event stream: message CRC32 mismatch in the message at byte offset {offset}",
-                offset=offset,
-            )
-        end = _PRELUDE + int.from_bytes(raw[4:8], "big")
-        headers = _headers(raw, end, offset)
-        return EventStreamMessage(headers, raw[end:-4], total, raw)
+
+def encode_message(headers: dict[str, str], payload: bytes) -> bytes:
+    """One message with string headers (what AWS services send), for a message made here (an
+    unbroken proxy's own exception at the end of a response cut short)."""
+    encoded = b"".join(
+        bytes([len(name.encode())]) + name.encode() + b"\x07"
+        + len(value.encode()).to_bytes(2, "big") + value.encode()
+        for name, value in headers.items()
+    )
+    total = _OVERHEAD + len(encoded) + len(payload)
+    prelude = total.to_bytes(4, "big") + len(encoded).to_bytes(4, "big")
+    message = prelude + crc32(prelude).to_bytes(4, "big") + encoded + payload
+    return message + crc32(message).to_bytes(4, "big")
 
 
 def _headers(raw: bytes, end: int, offset: int) -> dict[str, HeaderValue]:

@@ -15,7 +15,12 @@ Two compatibility rules shape the bytes (both found in the official SDKs' decode
   ``GET /v1/streams/{id}/events`` serves every dialect with ids.
 
 A dialect whose framing has no ids keeps its own on its POST: Ollama's NDJSON is the upstream
-line bytes, one per line; Bedrock's event stream is the upstream messages, byte for byte.
+line bytes, one per line; Bedrock's event stream is the upstream messages, byte for byte. Such a
+body carries no ids: the stream id is in the ``Unbroken-Stream-Id`` header and frame n of a body
+that resumes after seq k is seq k+n, so a client that counts frames resumes with
+``Last-Event-ID: <stream_id>:<seq>`` like any other. A binary framing cannot travel as SSE data:
+``GET /v1/streams/{id}/events`` serves it in its own framing too (resume with ``Last-Event-ID``
+or ``?after=``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..dialects import dialect_class
-from ..framing import SSE, Framing
+from ..framing import SSE, Framing, encode_message
 from ..jsonparse import dumps_compact
 from .journal import FrameRecord
 
@@ -86,10 +91,10 @@ def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
     ``id:``, and it asks for ``*/*``; an SSE client that asks for the media type gets the ids
     (and can resume with ``Last-Event-ID``) like every other dialect.
     """
-    if events_endpoint:
+    spec = dialect_class(dialect)
+    if events_endpoint and spec.framing.text:
         return Downstream(media_type="text/event-stream; charset=utf-8", dialect=dialect,
                           retry_ms=retry_ms)
-    spec = dialect_class(dialect)
     if not spec.framing.ids:
         return Downstream(media_type=media_type, dialect=dialect, framing=spec.framing,
                           ids=False, keepalive=None)
@@ -113,6 +118,15 @@ def error_frame(dialect: str, seq: int, code: str, message: str,
     when the proxy made it."""
     event: str | None = None
     payload: Any
+    if not dialect_class(dialect).framing.text:
+        # An AWS event stream (Bedrock): an exception message, as the service ends a stream
+        # it cannot finish; boto3 raises it as EventStreamError.
+        data = encode_message(
+            {":exception-type": "internalServerException", ":content-type": "application/json",
+             ":message-type": "exception"},
+            dumps_compact({"message": message, "reason": code}).encode(),
+        )
+        return FrameRecord(seq, None, data, "", time.time())
     if dialect == "openai-chat":
         payload = {"error": {"message": message, "type": "server_error", "param": None,
                              "code": code}}
