@@ -5,7 +5,8 @@ the body. Only choice 0 is the message (``n > 1`` streams interleave other choic
 passed through, never mixed into the text). With ``stream_options.include_usage`` a last chunk has
 ``"choices": []`` and the usage. OpenAI-compatible servers add ``reasoning_content`` (DeepSeek,
 vLLM) or ``reasoning`` (OpenRouter, Ollama) deltas, and report failures as a chunk holding an
-``error`` object.
+``error`` object. Mistral's reasoning models send ``content`` as a list of typed parts: ``text``
+parts are text, a ``thinking`` part holds a list of text parts that are reasoning.
 """
 
 from __future__ import annotations
@@ -130,7 +131,25 @@ class OpenAIChatDialect(SSEDialect):
     # -- delta fields of choice 0 ---------------------------------------------------------------
 
     def _part_content(self, payload: Any, value: Any, seq: int) -> list[Event]:
-        return [TextDelta(seq=seq, text=value)] if isinstance(value, str) else []
+        if isinstance(value, str):
+            return [TextDelta(seq=seq, text=value)]
+        if not isinstance(value, list):
+            return [UnknownEvent(seq=seq, type="delta/content", raw=payload)]
+        out: list[Event] = []
+        for part in value:
+            kind = part.get("type")
+            if kind == "text":
+                text = part.get("text")
+                if isinstance(text, str) and text:
+                    out.append(TextDelta(seq=seq, text=text))
+            elif kind == "thinking":
+                for inner in part.get("thinking") or ():
+                    text = inner.get("text") if inner.get("type") == "text" else None
+                    if isinstance(text, str) and text:
+                        out.append(ReasoningDelta(seq=seq, text=text))
+            else:  # an image part, a reference ...: passed through, not guessed at
+                out.append(UnknownEvent(seq=seq, type=f"delta/content/{kind}", raw=payload))
+        return out
 
     def _part_reasoning(self, payload: Any, value: Any, seq: int) -> list[Event]:
         if isinstance(value, str):
