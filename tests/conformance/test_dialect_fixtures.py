@@ -61,7 +61,9 @@ def fold(dialect_name: str, chunks: list[bytes]) -> dict[str, Any]:
     frames += decoder.receive_eof()
     text: list[str] = []
     reasoning: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
+    calls: list[dict[str, Any]] = []
+    at_index: dict[int, dict[str, Any]] = {}
+    by_id: dict[str, dict[str, Any]] = {}
     usage: dict[str, Any] | None = None
     finish: Finish | None = None
     error: ErrorEvent | None = None
@@ -74,7 +76,17 @@ def fold(dialect_name: str, chunks: list[bytes]) -> dict[str, Any]:
             elif isinstance(event, ReasoningDelta):
                 reasoning.append(event.text)
             elif isinstance(event, ToolCallDelta):
-                call = calls.setdefault(event.index, {"id": None, "name": None, "arguments": ""})
+                # a call is named by its id, else by its index; a new id at an index another
+                # call holds is a call of its own (Ollama gives every parallel call index 0)
+                call = by_id.get(event.id) if event.id else None
+                if call is None:
+                    call = at_index.get(event.index)
+                    if call is None or (event.id and call["id"] not in (None, event.id)):
+                        call = {"id": None, "name": None, "arguments": ""}
+                        calls.append(call)
+                        at_index[event.index] = call
+                if event.id:
+                    by_id.setdefault(event.id, call)
                 call["id"] = call["id"] or event.id
                 call["name"] = call["name"] or event.name
                 call["arguments"] += event.arguments
@@ -99,7 +111,7 @@ def fold(dialect_name: str, chunks: list[bytes]) -> dict[str, Any]:
         "raw_finish_reason": raw,
         "text": "".join(text),
         "reasoning": "".join(reasoning),
-        "tool_calls": list(calls.values()),
+        "tool_calls": calls,
         "usage": usage,
     }
 
