@@ -6,7 +6,11 @@ passed through, never mixed into the text). With ``stream_options.include_usage`
 ``"choices": []`` and the usage. OpenAI-compatible servers add ``reasoning_content`` (DeepSeek,
 vLLM) or ``reasoning`` (OpenRouter, Ollama) deltas, and report failures as a chunk holding an
 ``error`` object. Mistral's reasoning models send ``content`` as a list of typed parts: ``text``
-parts are text, a ``thinking`` part holds a list of text parts that are reasoning.
+parts are text, a ``thinking`` part holds a list of text parts that are reasoning. OpenRouter
+reports an error mid-stream as a chunk with both an ``error`` object and a choice whose
+``finish_reason`` is ``"error"``; Azure OpenAI sends ``prompt_filter_results`` in a chunk with no
+choices and ``content_filter_results`` beside each choice (passed through, its finish reason is
+``content_filter``).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ FINISH_REASONS: Final[Mapping[str, tuple[Status, FinishReason]]] = {
     "function_call": (Status.COMPLETED, FinishReason.TOOL_CALLS),
     "length": (Status.TRUNCATED, FinishReason.LENGTH),
     "content_filter": (Status.FILTERED, FinishReason.CONTENT_FILTER),
+    "error": (Status.FAILED, FinishReason.ERROR),  # OpenRouter, with an error object
 }
 
 RETRYABLE_ERRORS: Final = frozenset({"server_error", "rate_limit_exceeded"})
@@ -116,6 +121,10 @@ class OpenAIChatDialect(SSEDialect):
         usage = payload.get("usage")
         if usage:
             out.append(_usage(usage, seq))
+        if payload.get("error"):
+            # OpenRouter: an error in a chunk that still has choices; its finish reason
+            # ("error") says no more than the error does.
+            return out + self._error(payload, seq)
         return out + end if end else out
 
     def _error(self, payload: Any, seq: int) -> list[Event]:
@@ -123,8 +132,13 @@ class OpenAIChatDialect(SSEDialect):
         if not isinstance(error, dict):
             return [error_event(seq, "error", str(error), False, payload)]
         code, kind = error.get("code"), error.get("type")
+        if type(code) is int:  # OpenRouter: the HTTP status the error would have had
+            retryable = code == 429 or code >= 500
+            code = str(code)
+        else:
+            retryable = False
         names = [name for name in (code, kind) if isinstance(name, str) and name]
-        retryable = any(name in RETRYABLE_ERRORS for name in names)
+        retryable = retryable or any(name in RETRYABLE_ERRORS for name in names)
         type_ = names[0] if names else "error"
         return [error_event(seq, type_, error.get("message"), retryable, payload)]
 
