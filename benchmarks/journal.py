@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from unbroken.finish import Status
-from unbroken.proxy.journal import (
+from unbroken.streams.journal import (
     FrameRecord,
     Journal,
     RedisJournal,

@@ -25,7 +25,7 @@ from tests.servers import serve_in_thread
 
 from unbroken.mock import reply_text
 from unbroken.proxy import create_app
-from unbroken.proxy.journal import MemoryJournal
+from unbroken.streams.journal import MemoryJournal
 
 pytestmark = pytest.mark.integration
 

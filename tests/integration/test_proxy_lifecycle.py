@@ -37,7 +37,7 @@ import unbroken
 from unbroken.finish import Status
 from unbroken.mock import reply_text
 from unbroken.proxy import create_app
-from unbroken.proxy.journal import (
+from unbroken.streams.journal import (
     FrameRecord,
     MemoryJournal,
     SQLiteJournal,
@@ -216,7 +216,7 @@ def test_streams_left_unfinished_are_marked_interrupted_on_start(tmp_path: Path,
 
 
 async def _leave_unfinished(store: Path) -> None:
-    from unbroken.proxy.access import secret_hash
+    from unbroken.streams.access import secret_hash
 
     journal = SQLiteJournal(str(store))
     await journal.open()

@@ -32,8 +32,8 @@ from tests.integration.test_proxy_support import (
 
 from unbroken.finish import Status
 from unbroken.mock import reply_text
-from unbroken.proxy.journal import FrameRecord
 from unbroken.proxy.wire import error_frame
+from unbroken.streams.journal import FrameRecord
 
 pytestmark = pytest.mark.integration
 

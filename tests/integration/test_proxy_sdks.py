@@ -28,7 +28,7 @@ from tests.servers import serve_in_thread
 
 from unbroken.mock import reply_text
 from unbroken.proxy import create_app
-from unbroken.proxy.journal import LiveTail, MemoryJournal, StreamMeta, StreamState
+from unbroken.streams.journal import LiveTail, MemoryJournal, StreamMeta, StreamState
 
 pytestmark = pytest.mark.integration
 

@@ -374,7 +374,7 @@ def test_the_command_reads_a_redis_store(redis_url: str,
     import asyncio
 
     from unbroken.finish import Status
-    from unbroken.proxy.journal import FrameRecord, RedisJournal, StreamMeta, StreamState
+    from unbroken.streams.journal import FrameRecord, RedisJournal, StreamMeta, StreamState
 
     store = redis_url + "?prefix=cli:"
 

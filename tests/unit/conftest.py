@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from unbroken.proxy.journal import Journal, journal_for
+from unbroken.streams.journal import Journal, journal_for
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])

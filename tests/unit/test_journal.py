@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from unbroken.finish import Status
-from unbroken.proxy.journal import (
+from unbroken.streams.journal import (
     FrameRecord,
     Journal,
     MemoryJournal,
@@ -22,7 +22,7 @@ from unbroken.proxy.journal import (
     StreamState,
     journal_for,
 )
-from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION
+from unbroken.streams.journal.sqlite_schema import SCHEMA_VERSION
 
 
 def meta(stream_id: str = "s1", created: float = 100.0) -> StreamMeta:

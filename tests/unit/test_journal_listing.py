@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from unbroken.finish import Status
-from unbroken.proxy.journal import (
+from unbroken.streams.journal import (
     MAX_PAGE,
     Journal,
     RedisJournal,
@@ -23,8 +23,8 @@ from unbroken.proxy.journal import (
     StreamPage,
     StreamState,
 )
-from unbroken.proxy.journal.listing import stream_query
-from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION, listing_select
+from unbroken.streams.journal.listing import stream_query
+from unbroken.streams.journal.sqlite_schema import SCHEMA_VERSION, listing_select
 
 pytestmark = pytest.mark.anyio
 
@@ -90,7 +90,7 @@ async def test_newest_first_with_meta_and_state_and_no_text(journal: Journal) ->
 
 
 async def test_a_live_streams_last_seq_comes_from_its_frames(journal: Journal) -> None:
-    from unbroken.proxy.journal import FrameRecord
+    from unbroken.streams.journal import FrameRecord
 
     await journal.create(meta("live", 10.0), state(Status.STREAMING, 10.0))
     # Progress alone within a second: the stored state is not rewritten, the frames tell.
@@ -209,7 +209,7 @@ def test_a_cursor_names_a_position_not_a_stream() -> None:
 
 
 def stream_query_cursor(created: float, stream_id: str) -> str:
-    from unbroken.proxy.journal.listing import _cursor
+    from unbroken.streams.journal.listing import _cursor
 
     return _cursor((created, stream_id))
 

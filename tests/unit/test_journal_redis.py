@@ -16,8 +16,9 @@ from tests.redis_server import running_redis
 from tests.unit.test_journal import collect, frames, meta, streaming
 
 from unbroken.finish import Status
-from unbroken.proxy.journal import FrameRecord, Lease, RedisJournal, StreamState
-from unbroken.proxy.lease import LeaseKeeper, Recovery
+from unbroken.proxy.producer_lost import recovered_end
+from unbroken.streams.journal import FrameRecord, Lease, RedisJournal, StreamState
+from unbroken.streams.lease import LeaseKeeper, Recovery
 
 pytestmark = pytest.mark.anyio
 
@@ -301,8 +302,8 @@ async def test_two_replicas_settling_one_orphan_write_one_end(
                    Lease("proxy_dead", time.time() - 1))
     await a.append("s1", frames(1, 2), streaming(2))
     a.release("s1")
-    first = Recovery(a, LeaseKeeper(a, ttl=15, renew_every=5))
-    second = Recovery(b, LeaseKeeper(b, ttl=15, renew_every=5))
+    first = Recovery(a, LeaseKeeper(a, ttl=15, renew_every=5), recovered_end)
+    second = Recovery(b, LeaseKeeper(b, ttl=15, renew_every=5), recovered_end)
     settled = await asyncio.gather(first.settle("s1"), second.settle("s1"))
     assert [record is not None and record.state.status for record in settled] == [
         Status.INTERRUPTED, Status.INTERRUPTED]
@@ -363,7 +364,7 @@ async def test_a_sweep_settles_only_the_streams_of_a_dead_replica(
     for name in ("dead", "live"):
         await a.append(name, frames(1, 2), streaming(2))
         a.release(name)  # produced by other processes, as far as b can tell
-    sweeper = Recovery(b, LeaseKeeper(b, ttl=15, renew_every=5))
+    sweeper = Recovery(b, LeaseKeeper(b, ttl=15, renew_every=5), recovered_end)
     assert await sweeper.sweep() == 1
     dead, live = await b.get("dead"), await b.get("live")
     assert dead is not None and live is not None

@@ -11,7 +11,8 @@ import redis.asyncio
 import redis.exceptions
 
 from unbroken.finish import Status
-from unbroken.proxy.journal import (
+from unbroken.proxy.wire import error_frame
+from unbroken.streams.journal import (
     FrameRecord,
     Journal,
     RedisJournal,
@@ -19,8 +20,7 @@ from unbroken.proxy.journal import (
     StreamMeta,
     StreamState,
 )
-from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION
-from unbroken.proxy.wire import error_frame
+from unbroken.streams.journal.sqlite_schema import SCHEMA_VERSION
 
 pytestmark = pytest.mark.anyio
 

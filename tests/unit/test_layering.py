@@ -30,7 +30,7 @@ BLOCKED = [
     "threading",
 ]
 CLOCKS = ["datetime", "time"]
-IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk"]
+IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk", "streams"]
 REQUIRED = ["unbroken.errors", "unbroken.events", "unbroken.finish", "unbroken.framing"]
 OPTIONAL = [
     "unbroken.dialects",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from unbroken.proxy.access import (
+from unbroken.streams.access import (
     credential_hash,
     may_read,
     new_stream_id,
@@ -13,7 +13,7 @@ from unbroken.proxy.access import (
     presented_secrets,
     secret_hash,
 )
-from unbroken.proxy.journal import StreamMeta
+from unbroken.streams.journal import StreamMeta
 
 
 def meta(credential: str | None, token: str) -> StreamMeta:

@@ -14,7 +14,8 @@ import pytest
 from unbroken.client.capture import CANCELLED, parse_capture, replay_capture
 from unbroken.finish import Status
 from unbroken.proxy.evidence import capture_lines
-from unbroken.proxy.journal import (
+from unbroken.proxy.wire import error_frame
+from unbroken.streams.journal import (
     FrameRecord,
     Journal,
     MemoryJournal,
@@ -23,8 +24,7 @@ from unbroken.proxy.journal import (
     StreamRecord,
     StreamState,
 )
-from unbroken.proxy.journal.base import FOLLOW_BATCH
-from unbroken.proxy.wire import error_frame
+from unbroken.streams.journal.base import FOLLOW_BATCH
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from unbroken.finish import END_STATES, Status
-from unbroken.proxy.journal import (
+from unbroken.proxy.producer_lost import reattachable, recovered_end
+from unbroken.streams.journal import (
     FrameRecord,
     Journal,
     Lease,
@@ -18,8 +19,8 @@ from unbroken.proxy.journal import (
     StreamMeta,
     StreamState,
 )
-from unbroken.proxy.journal.sqlite_schema import SCHEMA_VERSION
-from unbroken.proxy.lease import REATTACHABLE, LeaseKeeper, Recovery, reattachable
+from unbroken.streams.journal.sqlite_schema import SCHEMA_VERSION
+from unbroken.streams.lease import REATTACHABLE, LeaseKeeper, Recovery
 
 
 def _meta(stream_id: str, *, dialect: str = "anthropic", background: bool = False,
@@ -80,7 +81,7 @@ async def test_recovery_interrupts_an_expired_lease_once_with_an_error_frame(
     await _live(journal, "alive", Lease("elsewhere", time.time() + 60))
     journal.release("dead")  # no producer in this process
     journal.release("alive")
-    recovery = Recovery(journal, LeaseKeeper(journal, ttl=5, renew_every=1))
+    recovery = Recovery(journal, LeaseKeeper(journal, ttl=5, renew_every=1), recovered_end)
     assert await recovery.startup() == 1
     recovery.close()
     record = await journal.get("dead")
@@ -103,7 +104,7 @@ async def test_a_stream_this_process_leases_without_a_producer_is_settled_at_onc
 ) -> None:
     keeper = LeaseKeeper(journal, ttl=60, renew_every=1)
     await _live(journal, "orphan", keeper.lease())  # its producer stopped without its end
-    recovery = Recovery(journal, keeper)
+    recovery = Recovery(journal, keeper, recovered_end)
     assert (await recovery.settle("orphan")).state.status is Status.STREAMING  # type: ignore[union-attr]
     journal.release("orphan")
     settled = await recovery.settle("orphan", wait=True)  # no wait: the lease is ours
@@ -118,7 +119,7 @@ async def test_a_background_stream_is_left_continuable_and_can_reopen(journal: J
     await journal.append("bg", [], StreamState(status=Status.STREAMING, updated=time.time(),
                                                last_seq=2, provider_id="resp_1"))
     journal.release("bg")
-    recovery = Recovery(journal, LeaseKeeper(journal, ttl=5, renew_every=1))
+    recovery = Recovery(journal, LeaseKeeper(journal, ttl=5, renew_every=1), recovered_end)
     settled = await recovery.settle("bg")
     assert settled is not None and reattachable(settled)
     assert await journal.read_after("bg", 2, 10) == []  # no error frame: it goes on

@@ -11,13 +11,13 @@ import pytest
 
 from unbroken.finish import Status
 from unbroken.proxy.__main__ import build_parser, config_from_args
-from unbroken.proxy.access import secret_hash
 from unbroken.proxy.config import ProxyConfig
-from unbroken.proxy.idempotency import PendingKeys, idempotency_hash, request_hash
-from unbroken.proxy.journal import FrameRecord, StreamState
-from unbroken.proxy.limits import StreamSlots, body_refusal, read_body
-from unbroken.proxy.logs import LogfmtFormatter, log_event
 from unbroken.proxy.metrics import ProxyMetrics
+from unbroken.streams.access import secret_hash
+from unbroken.streams.idempotency import PendingKeys, idempotency_hash, request_hash
+from unbroken.streams.journal import FrameRecord, StreamState
+from unbroken.streams.limits import StreamSlots, body_refusal, read_body
+from unbroken.streams.logs import LogfmtFormatter, log_event
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from unbroken.proxy.logs import RedactSecrets, install_redaction, redact
+from unbroken.streams.logs import RedactSecrets, install_redaction, redact
 
 
 def test_redact_secret_query_parameters() -> None:

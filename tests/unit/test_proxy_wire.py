@@ -7,7 +7,6 @@ import pytest
 from unbroken.errors import ProviderError
 from unbroken.finish import Status
 from unbroken.framing import SSEDecoder
-from unbroken.proxy.journal import FrameRecord
 from unbroken.proxy.wire import (
     KEEPALIVE_COMMENT,
     Downstream,
@@ -16,6 +15,7 @@ from unbroken.proxy.wire import (
     error_frame,
 )
 from unbroken.receiver import StreamReceiver
+from unbroken.streams.journal import FrameRecord
 
 DIALECTS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
 

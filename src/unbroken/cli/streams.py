@@ -29,7 +29,7 @@ from rich.text import Text
 
 from ..finish import Status
 from ..proxy.evidence import capture_lines
-from ..proxy.journal import (
+from ..streams.journal import (
     MAX_PAGE,
     Journal,
     RedisJournal,
@@ -38,7 +38,7 @@ from ..proxy.journal import (
     journal_for,
     shown_store,
 )
-from ..proxy.journal.listing import parse_statuses
+from ..streams.journal.listing import parse_statuses
 from .errors import EXIT_INPUT, EXIT_NETWORK, EXIT_OK, EXIT_USAGE, CLIError
 from .output import console
 

@@ -33,6 +33,7 @@ __all__ = [
     "Route",
     "detect_dialect",
     "dialect_class",
+    "find_dialect",
     "get_dialect",
     "sniff_dialect",
 ]
@@ -66,6 +67,12 @@ def dialect_class(name: str) -> type[DialectBase]:
         raise ValueError(
             f"unknown dialect {name!r}; valid names: {', '.join(DIALECT_NAMES)}"
         ) from None
+
+
+def find_dialect(name: str) -> type[DialectBase] | None:
+    """The dialect registered under ``name``, or ``None`` (a journal also holds app streams of
+    ``unbroken.server``, whose "dialect" is no provider's)."""
+    return _BY_NAME.get(name)
 
 
 def get_dialect(name: str) -> Dialect:

@@ -13,9 +13,9 @@ import re
 import sys
 from collections.abc import Sequence
 
+from ..streams.journal import journal_for, shown_store
 from .app import create_app
 from .config import DEFAULT_ORIGINS, PROVIDERS, ProxyConfig, cors_origin, parse_duration
-from .journal import journal_for, shown_store
 from .shutdown import serve
 
 EXIT_JOURNAL = 4  # as the CLI's network failures: the journal's store cannot be reached

@@ -39,18 +39,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..finish import Status
-from .access import may_read, parse_event_id
+from ..streams.access import may_read, parse_event_id
+from ..streams.journal import Journal, StreamRecord, journal_for
+from ..streams.lease import LeaseKeeper, Recovery, running_elsewhere
+from ..streams.limits import Refusal, body_refusal, read_body
+from ..streams.logs import install_redaction, log_event
 from .config import ProxyConfig
 from .cors import SERVED_METHODS, CORSStarlette, cors_options
 from .evidence import capture
-from .journal import Journal, StreamRecord, journal_for
 from .journal_failures import JOURNAL_ERRORS, journal_failed
 from .launcher import Launcher, expired
-from .lease import LeaseKeeper, Recovery, reattachable, running_elsewhere
-from .limits import Refusal, body_refusal, read_body
 from .listing import list_own_streams
-from .logs import install_redaction, log_event
 from .metrics import CONTENT_TYPE, ProxyMetrics
+from .producer_lost import reattachable, recovered_end
 from .relay import not_found, relay, target, upstream_unreachable
 from .replay import events_cursor, stream_response
 from .routing import Endpoint, endpoint_for, request_headers, wants_stream
@@ -73,7 +74,7 @@ class ProxyApp:
         self.journal.observer = self.metrics
         self.leases = LeaseKeeper(self.journal, ttl=config.lease_ttl,
                                   renew_every=config.lease_renew)
-        self.recovery = Recovery(self.journal, self.leases)
+        self.recovery = Recovery(self.journal, self.leases, recovered_end)
         self.launcher = Launcher(journal=self.journal, config=config, metrics=self.metrics,
                                  leases=self.leases, recovery=self.recovery)
         # The live producers of this process, by stream id (the launcher's own dict).

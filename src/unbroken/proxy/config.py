@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from ..dialects import PROVIDERS as _PROVIDERS
 from ..framing import DEFAULT_MAX_EVENT_SIZE
-from .journal import journal_for
+from ..streams.journal import journal_for
 
 __all__ = ["DEFAULT_ORIGINS", "PROVIDERS", "ProxyConfig", "cors_origin", "parse_duration"]
 

@@ -35,8 +35,8 @@ from starlette.responses import Response, StreamingResponse
 
 from ..client.capture import CANCELLED, LIVE
 from ..finish import Status
-from .journal import FrameRecord, Journal, StreamMeta, StreamRecord, StreamState
-from .journal.base import FOLLOW_BATCH
+from ..streams.journal import FrameRecord, Journal, StreamMeta, StreamRecord, StreamState
+from ..streams.journal.base import FOLLOW_BATCH
 from .relay import not_found
 from .replay import SSE_HEADERS
 from .wire import proxy_error_message, upstream_framing

@@ -14,7 +14,7 @@ import sqlite3
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .logs import log_event
+from ..streams.logs import log_event
 from .routing import endpoint_for
 from .wire import error_body
 

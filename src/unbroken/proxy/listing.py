@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .access import credential_hash
-from .journal import MAX_PAGE, StreamRecord
-from .journal.listing import DEFAULT_PAGE, parse_statuses
+from ..streams.access import credential_hash
+from ..streams.journal import MAX_PAGE, StreamRecord
+from ..streams.journal.listing import DEFAULT_PAGE, parse_statuses
 from .launcher import expired
 from .wire import error_body
 

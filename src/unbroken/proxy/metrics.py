@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..finish import Status
-from .journal import FrameRecord, StreamState
-from .logs import log_event
+from ..streams.journal import FrameRecord, StreamState
+from ..streams.logs import log_event
 
 __all__ = ["CONTENT_TYPE", "Histogram", "ProxyMetrics"]
 

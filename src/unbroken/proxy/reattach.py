@@ -18,9 +18,9 @@ import httpx2
 from ..dialects import dialect_class
 from ..finish import Status
 from ..receiver import StreamReceiver
+from ..streams.journal import FrameRecord, Journal, Lease, StreamRecord
+from ..streams.journal.base import FOLLOW_BATCH
 from .config import ProxyConfig
-from .journal import FrameRecord, Journal, Lease, StreamRecord
-from .journal.base import FOLLOW_BATCH
 from .upstream import Producer, UpstreamRequest
 
 __all__ = ["continue_upstream", "sse_bytes"]

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 from starlette.responses import StreamingResponse
 
-from .journal import Journal
-from .lease import reattachable
+from ..streams.journal import Journal
+from .producer_lost import reattachable
 from .wire import Downstream, error_frame
 
 __all__ = ["SSE_HEADERS", "end_notice", "events_cursor", "frames_body", "stream_response"]

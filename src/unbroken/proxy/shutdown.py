@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 from starlette.applications import Starlette
 
-from .logs import log_config
+from ..streams.logs import log_config
 
 if TYPE_CHECKING:
     from .app import ProxyApp

@@ -30,10 +30,10 @@ from ..events import TextDelta
 from ..finish import Status
 from ..framing import SSE
 from ..receiver import Frame, StreamReceiver
+from ..streams.journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
+from ..streams.logs import log_event
+from ..streams.stream_outcome import closing_error, error_fields, usage_fields
 from .config import ProxyConfig
-from .journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
-from .logs import log_event
-from .stream_outcome import closing_error, error_fields, usage_fields
 from .wire import error_frame
 
 __all__ = ["Producer", "UpstreamRequest"]

@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..dialects import dialect_class
+from ..dialects import find_dialect
 from ..framing import SSE, Framing, encode_message
 from ..jsonparse import dumps_compact
-from .journal import FrameRecord
+from ..streams.journal import FrameRecord
 
 __all__ = [
     "KEEPALIVE_COMMENT",
@@ -91,14 +91,16 @@ def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
     ``id:``, and it asks for ``*/*``; an SSE client that asks for the media type gets the ids
     (and can resume with ``Last-Event-ID``) like every other dialect.
     """
-    spec = dialect_class(dialect)
-    if events_endpoint and spec.framing.text:
+    spec = find_dialect(dialect)
+    framing = _framing_of(dialect)
+    if events_endpoint and framing.text:
         return Downstream(media_type="text/event-stream; charset=utf-8", dialect=dialect,
                           retry_ms=retry_ms)
-    if not spec.framing.ids:
-        return Downstream(media_type=media_type, dialect=dialect, framing=spec.framing,
+    if not framing.ids:
+        return Downstream(media_type=media_type, dialect=dialect, framing=framing,
                           ids=False, keepalive=None)
-    if spec.ids_when_accepted and "text/event-stream" not in accept.lower():
+    ids_when_accepted = spec is not None and spec.ids_when_accepted
+    if ids_when_accepted and "text/event-stream" not in accept.lower():
         return Downstream(media_type=media_type, dialect=dialect, ids=False, keepalive=b"\n")
     return Downstream(media_type=media_type, dialect=dialect, retry_ms=retry_ms)
 
@@ -107,8 +109,15 @@ def upstream_framing(dialect: str, media_type: str) -> Downstream:
     """Frames as the upstream's own wire carried them (the evidence export): SSE ``event:``
     (when named) and ``data:`` lines and a blank line, or an NDJSON line; no ids, no hints.
     What the upstream sent besides (``id:``/``retry:`` lines, comments) was never journaled."""
-    return Downstream(media_type=media_type, dialect=dialect,
-                      framing=dialect_class(dialect).framing, ids=False, keepalive=None)
+    return Downstream(media_type=media_type, dialect=dialect, framing=_framing_of(dialect),
+                      ids=False, keepalive=None)
+
+
+def _framing_of(dialect: str) -> Framing:
+    """A provider's framing; SSE for a stream of no provider (an app stream of
+    ``unbroken.server`` in the same journal)."""
+    spec = find_dialect(dialect)
+    return SSE if spec is None else spec.framing
 
 
 def error_frame(dialect: str, seq: int, code: str, message: str,
@@ -118,7 +127,7 @@ def error_frame(dialect: str, seq: int, code: str, message: str,
     when the proxy made it."""
     event: str | None = None
     payload: Any
-    if not dialect_class(dialect).framing.text:
+    if not _framing_of(dialect).text:
         # An AWS event stream (Bedrock): an exception message, as the service ends a stream
         # it cannot finish; boto3 raises it as EventStreamError.
         data = encode_message(

@@ -7,10 +7,11 @@ producer, and ``Recovery`` marks it ``interrupted`` with the reason in its error
 frame kept. That happens when a proxy starts on the journal (at once for an expired lease, at
 its expiry for one still running), and whenever a reader finds such a stream.
 
-A stream marked so gets the dialect's error frame last, so the official SDKs raise, except a
-Responses background stream with a known response id: it stays continuable, and is re-attached
-upstream (``starting_after``) when its owner next resumes it, since only that request carries
-the owner's credential again. Its readers meanwhile get an error frame on the wire only.
+What a stream marked so gets last is its kind's business, given as ``RecoveredEnd``: the
+proxy writes the dialect's error frame, so the official SDKs raise, except for a Responses
+background stream with a known response id, which stays continuable (``proxy/producer_lost.py``);
+an app stream of ``unbroken.server`` gets its ``end`` frame. A ``Recovery`` leaves alone the
+streams whose kind its ``RecoveredEnd`` does not know (it returns ``None``).
 """
 
 from __future__ import annotations
@@ -19,40 +20,34 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
-from ..dialects import dialect_class
 from ..finish import Status
 from .journal import FrameRecord, Journal, Lease, StreamRecord
 from .logs import log_event
-from .wire import error_frame
 
-__all__ = ["REATTACHABLE", "LeaseKeeper", "Recovery", "reattachable", "running_elsewhere"]
+__all__ = ["REATTACHABLE", "LeaseKeeper", "RecoveredEnd", "Recovery", "running_elsewhere"]
 
 REATTACHABLE = "proxy_restarted"  # the error type of a stream whose producer is gone
 log = logging.getLogger("unbroken.proxy")
 
-
-def reattachable(record: StreamRecord) -> bool:
-    """A stream left by a dead producer that its upstream can continue (Responses background)."""
-    state = record.state
-    return (
-        dialect_class(record.meta.dialect).resumes_upstream
-        and record.meta.background
-        and state.provider_id is not None
-        and state.status is Status.INTERRUPTED
-        and (state.error or {}).get("type") == REATTACHABLE
-    )
+RecoveredEnd = Callable[[StreamRecord], "tuple[dict[str, Any], FrameRecord | None] | None"]
+"""For a stream whose producer is gone: the error its state keeps and the frame that ends it
+(``None``: it stays continuable, no frame), or ``None`` for a stream of a kind this recovery
+does not settle."""
 
 
 class LeaseKeeper:
     """This process's leases: one owner id, renewed for all its live streams at once."""
 
-    def __init__(self, journal: Journal, *, ttl: float, renew_every: float) -> None:
+    def __init__(self, journal: Journal, *, ttl: float, renew_every: float,
+                 kind: str = "proxy") -> None:
         self.journal = journal
         self.ttl = ttl
         self.renew_every = renew_every
-        self.owner = "proxy_" + secrets.token_hex(8)
+        self.owner = f"{kind}_" + secrets.token_hex(8)
 
     def lease(self) -> Lease:
         return Lease(self.owner, time.time() + self.ttl)
@@ -70,9 +65,10 @@ class LeaseKeeper:
 class Recovery:
     """Marks streams whose producer is gone ``interrupted``, exactly once each."""
 
-    def __init__(self, journal: Journal, keeper: LeaseKeeper) -> None:
+    def __init__(self, journal: Journal, keeper: LeaseKeeper, end: RecoveredEnd) -> None:
         self.journal = journal
         self.keeper = keeper
+        self.end = end
         self._lock = asyncio.Lock()
         self._timers: set[asyncio.TimerHandle] = set()
         self._settling: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
@@ -152,16 +148,16 @@ class Recovery:
 
     async def _interrupt(self, record: StreamRecord, lease: Lease | None) -> StreamRecord:
         state = record.state
-        message = ("unbroken proxy: the proxy producing this stream stopped (its lease "
-                   "expired) before the stream finished")
-        interrupted = replace(state, status=Status.INTERRUPTED, updated=time.time(),
-                              error={"type": REATTACHABLE, "message": message})
-        continuable = reattachable(replace(record, state=interrupted))
+        end = self.end(record)
+        if end is None:
+            return record  # another kind's stream: its own recovery settles it
+        error, frame = end
+        interrupted = replace(state, status=Status.INTERRUPTED, updated=time.time(), error=error)
+        continuable = frame is None
         frames: list[FrameRecord] = []
-        if not continuable:
-            interrupted = replace(interrupted, last_seq=state.last_seq + 1)
-            frames.append(error_frame(record.meta.dialect, state.last_seq + 1, "proxy_restarted",
-                                      message, _next_provider_seq(record)))
+        if frame is not None:
+            interrupted = replace(interrupted, last_seq=frame.seq)
+            frames.append(frame)
         try:
             await self.journal.append(record.meta.stream_id, frames, interrupted)
         except ValueError:
@@ -179,11 +175,3 @@ def running_elsewhere(lease: Lease | None, owner: str) -> bool:
     """A lease not expired, of another process (this one knows its own producers: a stream
     it leases without a live tail here lost its producer, e.g. to a failed commit)."""
     return lease is not None and lease.owner != owner and lease.expires > time.time()
-
-
-def _next_provider_seq(record: StreamRecord) -> int | None:
-    # The Responses error event continues the provider's numbering; a foreground Responses
-    # stream's last frame number is its last seq minus one (sequence_number starts at 0).
-    if not dialect_class(record.meta.dialect).numbered:
-        return None
-    return record.state.last_seq
