@@ -7,9 +7,9 @@ from unbroken import parse
 from unbroken.errors import ProviderError
 from unbroken.finish import Status
 from unbroken.framing import EVENT_STREAM, EventStreamDecoder
-from unbroken.proxy.journal import FrameRecord
 from unbroken.proxy.routing import Endpoint, endpoint_for, wants_stream
 from unbroken.proxy.wire import downstream_for, error_frame
+from unbroken.streams.journal import FrameRecord
 
 STREAM = Endpoint(provider="bedrock", dialect="bedrock-converse")
 
