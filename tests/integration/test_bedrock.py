@@ -168,3 +168,12 @@ def test_auto_detects_bedrock_from_the_first_byte(mock_server: str) -> None:
     assert (message.status, message.raw_finish_reason, message.text) == (
         Status.TRUNCATED, "max_tokens", reply_text(2, 4)
     )
+
+
+def test_the_mock_refuses_sse_ids_for_an_event_stream(mock_server: str) -> None:
+    response = httpx2.post(url(mock_server), json={"messages": MESSAGES},
+                           headers={"Unbroken-Mock": "sse_ids=1"}, timeout=10)
+    assert response.status_code == 400
+    assert response.json() == {
+        "message": "bad scenario key 'sse_ids': bedrock-converse is not an SSE stream"
+    }

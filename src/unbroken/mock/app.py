@@ -78,7 +78,7 @@ def _stream(delivery: Delivery, dialect: Dialect) -> Response:
 def _check_dialect(scenario: Scenario, dialect: Dialect) -> None:
     if scenario.finish not in dialect.finishes:
         raise ScenarioError("finish", f"{dialect.name} cannot express {scenario.finish}")
-    if scenario.sse_ids and dialect.framing is not Framing.SSE:
+    if scenario.sse_ids and dialect.framing in (Framing.NDJSON, Framing.EVENT_STREAM):
         raise ScenarioError("sse_ids", f"{dialect.name} is not an SSE stream")
 
 
