@@ -20,6 +20,14 @@ The hierarchy::
     ├── TransportError               I/O: the connection broke (chained from the HTTP library)
     └── Interrupted                  retries or resume exhausted; carries the partial ``message``
     LocalProtocolError               misuse of an object (data after EOF, reuse after an error)
+    ├── UnsupportedValueError        unbroken.server: a source yielded a value of a type it cannot
+    │                                send (``type_name``)
+    └── FrameLimitError              unbroken.server: a source yielded a frame over the size limit
+                                     or more frames than a stream may hold (``limit``)
+    StreamNotFoundError              unbroken.server: no such stream for this owner or token
+                                     (unknown, expired, or not theirs); a ``LookupError``
+    StreamRefusedError               unbroken.server: a start refused (``status``: 429 the owner's
+                                     live streams, 503 the process's, or not open)
 
 When a deadline, a final HTTP status or a wrong content type ends a stream short of its finish,
 the client raises an exception of two types, ``Interrupted`` and the cause's own (e.g.
@@ -46,6 +54,7 @@ __all__ = [
     "DecodingError",
     "EventTooLargeError",
     "FirstEventTimeout",
+    "FrameLimitError",
     "IdleTimeout",
     "Interrupted",
     "LocalProtocolError",
@@ -54,10 +63,13 @@ __all__ = [
     "ProviderError",
     "SequenceError",
     "StreamError",
+    "StreamNotFoundError",
+    "StreamRefusedError",
     "StreamTimeout",
     "TotalTimeout",
     "TransportError",
     "TruncatedError",
+    "UnsupportedValueError",
     "UpstreamStatusError",
 ]
 
@@ -218,6 +230,37 @@ class Interrupted(StreamError):
 
 class LocalProtocolError(Exception):
     """The caller misused an object: data after EOF, or input after a raised error."""
+
+
+class UnsupportedValueError(LocalProtocolError):
+    """A source of ``unbroken.server`` yielded a value of a type it cannot send."""
+
+    def __init__(self, detail: str, *, type_name: str) -> None:
+        super().__init__(detail)
+        self.type_name = type_name
+
+
+class FrameLimitError(LocalProtocolError):
+    """A source of ``unbroken.server`` yielded a frame over ``limit`` bytes, or more than
+    ``limit`` frames."""
+
+    def __init__(self, detail: str, *, limit: int) -> None:
+        super().__init__(detail)
+        self.limit = limit
+
+
+class StreamNotFoundError(LookupError):
+    """``unbroken.server``: no such stream for this owner or token (unknown, expired, or not
+    theirs: the three are not told apart, so a stream id reveals nothing)."""
+
+
+class StreamRefusedError(Exception):
+    """``unbroken.server`` refused to start a stream; ``status`` is the HTTP status that says
+    why (429: the owner has too many live streams; 503: the process has, or is not open)."""
+
+    def __init__(self, detail: str, *, status: int) -> None:
+        super().__init__(detail)
+        self.status = status
 
 
 # The errors a caller may want to catch by their own type when they end a stream.

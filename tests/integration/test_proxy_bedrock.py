@@ -16,6 +16,7 @@ import botocore.config
 import httpx2
 import pytest
 from tests.integration.test_proxy_support import mock_counts, running_proxy
+from tests.normalized_reading import fold_normalized
 
 from unbroken.cli.demo import CutOnceTransport
 from unbroken.client import Retry, stream
@@ -101,3 +102,19 @@ def test_the_events_route_serves_the_event_stream_after_a_seq(mock_server: str) 
     assert len(whole) == TOKENS + 4
     assert EventStreamDecoder().receive_data(rest.content) == whole[3:]
     assert reply_deltas(SEED, TOKENS)[2] in whole[3].payload.decode()  # frame 4: delta 3
+
+
+def test_the_normalized_format_reads_a_binary_stream(mock_server: str) -> None:
+    with running_proxy(mock_server) as (proxy, _):
+        first = httpx2.post(proxy + PATH, json=BODY,
+                            headers={**KEY, "Unbroken-Mock": f"seed={SEED}; tokens={TOKENS}"},
+                            timeout=10)
+        stream_id = first.headers["unbroken-stream-id"]
+        normalized = httpx2.get(f"{proxy}/v1/streams/{stream_id}/events?format=unbroken",
+                                headers=KEY, timeout=10)
+    assert normalized.status_code == 200
+    got = fold_normalized(normalized.content, stream_id)
+    assert got["end"] | {"error": None} == {
+        "status": "completed", "finish_reason": "stop", "raw_finish_reason": "end_turn",
+        "error": None, "frames": TOKENS + 4, "chars": len(reply_text(SEED, TOKENS)),
+    }

@@ -30,12 +30,13 @@ BLOCKED = [
     "threading",
 ]
 CLOCKS = ["datetime", "time"]
-IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk", "streams"]
+IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk", "server", "streams", "web"]
 REQUIRED = ["unbroken.errors", "unbroken.events", "unbroken.finish", "unbroken.framing"]
 OPTIONAL = [
     "unbroken.dialects",
     "unbroken.jsonparse",
     "unbroken.message",
+    "unbroken.normalized_sse",
     "unbroken.parsing",
     "unbroken.proxy_notice",
     "unbroken.receiver",

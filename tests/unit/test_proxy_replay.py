@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from unbroken.proxy.replay import events_cursor
+from unbroken.streams.access import events_cursor
 from unbroken.streams.journal import FrameRecord, LiveTail
 
 SID = "ub_0123456789abcdef01234567"

@@ -10,6 +10,9 @@ loopback ports. Two streams run through them with faults:
 
 Then it checks, for each: the text equals the reference exactly, zero duplicated characters, one
 upstream generation. Exit 0 only if every check holds.
+
+``--web`` instead serves the chat page of ``unbroken.web`` on the proxy's origin (mock upstream
+behind it, a fault picker for every end state) until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from .errors import EXIT_CHECK_FAILED, EXIT_OK
+from .errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from .output import console
 from .serving import serve_in_thread
 
@@ -45,6 +48,14 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the checks as JSON only")
     parser.add_argument("--delay-ms", type=int, default=25,
                         help="pause between upstream frames, to watch the text grow (default 25)")
+    parser.add_argument("--web", action="store_true",
+                        help="serve a chat page on the proxy (every end state, a fault picker) "
+                             "and keep running until Ctrl-C")
+    parser.add_argument("--port", type=int, default=0,
+                        help="with --web: the proxy's port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--cors-origin", action="append", default=[], dest="cors_origins",
+                        metavar="ORIGIN", help="with --web: a page origin that may call the "
+                                               "proxy (repeatable); the page takes ?proxy=URL")
     parser.set_defaults(handler=run)
 
 
@@ -194,7 +205,38 @@ def _scene(
     )
 
 
+def run_web(arguments: argparse.Namespace) -> int:
+    """The demo page on the proxy, in front of the mock, until Ctrl-C."""
+    from ..mock import create_app as create_mock
+    from ..proxy import ProxyConfig
+    from ..proxy import create_app as create_proxy
+    from ..proxy.config import PROVIDERS, cors_origin
+    from ..web import with_demo_page
+
+    out = console()
+    try:
+        origins = tuple(cors_origin(origin) for origin in arguments.cors_origins)
+    except ValueError as exc:
+        out.print(f"[red]{exc}[/]")
+        return EXIT_USAGE
+    with tempfile.TemporaryDirectory(prefix="unbroken-demo-") as tmp:
+        with serve_in_thread(create_mock()) as upstream:
+            config = ProxyConfig(origins=dict.fromkeys(PROVIDERS, upstream),
+                                 store=f"sqlite:///{tmp}/journal.db", cors_origins=origins)
+            with serve_in_thread(with_demo_page(create_proxy(config)),
+                                 port=arguments.port) as proxy:
+                out.print(f"open [bold]{proxy}/[/] (mock upstream {upstream}); Ctrl-C stops")
+                try:
+                    while True:
+                        time.sleep(3600)
+                except KeyboardInterrupt:
+                    pass
+    return EXIT_OK
+
+
 def run(arguments: argparse.Namespace) -> int:
+    if arguments.web:
+        return run_web(arguments)
     from ..mock import create_app as create_mock
     from ..mock import reply_text
     from ..proxy import ProxyConfig

@@ -10,7 +10,10 @@ Routes
 ``GET  /v1/streams/{id}``                  status, finish reason, text, last seq, usage, error
 ``POST /v1/streams/{id}/cancel``           stop the generation (status ``cancelled``)
 ``GET  /v1/streams/{id}/events``           SSE with ids for any dialect; ``Last-Event-ID`` or
-                                           ``?after=``; ``?token=`` for ``EventSource``
+                                           ``?after=``; ``?token=`` for ``EventSource``;
+                                           ``?format=unbroken``: normalized events
+                                           (normalized_body.py)
+``GET  /unbroken.js``                      the browser module (``unbroken.web``)
 ``GET  /v1/streams/{id}/capture``          the stream as a capture file, each frame at its
                                            receive time, for ``unbroken inspect`` (evidence.py)
 anything else                              forwarded to its provider's origin; the streaming
@@ -38,12 +41,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..dialects import DIALECT_NAMES
 from ..finish import Status
-from ..streams.access import may_read, parse_event_id
+from ..normalized_sse import asks_for_normalized
+from ..streams.access import events_cursor, may_read, parse_event_id
 from ..streams.journal import Journal, StreamRecord, journal_for
 from ..streams.lease import LeaseKeeper, Recovery, running_elsewhere
 from ..streams.limits import Refusal, body_refusal, read_body
 from ..streams.logs import install_redaction, log_event
+from ..web import SCRIPT_PATH, script_response
 from .config import ProxyConfig
 from .cors import SERVED_METHODS, CORSStarlette, cors_options
 from .evidence import capture
@@ -51,9 +57,10 @@ from .journal_failures import JOURNAL_ERRORS, journal_failed
 from .launcher import Launcher, expired
 from .listing import list_own_streams
 from .metrics import CONTENT_TYPE, ProxyMetrics
+from .normalized_body import normalized_response
 from .producer_lost import reattachable, recovered_end
 from .relay import not_found, relay, target, upstream_unreachable
-from .replay import events_cursor, stream_response
+from .replay import stream_response
 from .routing import Endpoint, endpoint_for, request_headers, wants_stream
 from .wire import downstream_for, error_body
 
@@ -229,6 +236,12 @@ class ProxyApp:
     async def events(self, request: Request) -> Response:
         stream_id = request.path_params["stream_id"]
         eventsource = "text/event-stream" in request.headers.get("accept", "")
+        try:
+            normalized = asks_for_normalized(request.query_params.get("format"),
+                                             request.headers.get("accept", ""))
+        except ValueError as exc:
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}},
+                                status_code=400)
         record = await self.journal.get(stream_id, with_text=False)
         if record is None:
             # Purged after its retention: its owner's EventSource is told to stop (204).
@@ -257,6 +270,14 @@ class ProxyApp:
             record = await self.journal.get(stream_id, with_text=False) or record
         if after:
             self.metrics.resumes += 1
+        if normalized and record.meta.dialect not in DIALECT_NAMES:
+            return JSONResponse({"error": {
+                "message": f"format=unbroken reads provider streams; stream {stream_id} is "
+                           f"{record.meta.dialect!r}, whose frames are already its own",
+                "type": "invalid_request_error"}}, status_code=400)
+        if normalized:  # even after the last frame: the reader gets the end alone
+            return normalized_response(self.journal, stream_id, record.meta.dialect, after,
+                                       keepalive=self.config.keepalive)
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=True, retry_ms=self.config.retry_ms)
         if record.state.ended and after >= record.state.last_seq and not reattachable(record):
@@ -376,6 +397,7 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
         Route("/v1/streams/{stream_id}/cancel", proxy.cancel, methods=["POST"]),
         Route("/v1/streams/{stream_id}/events", proxy.events, methods=["GET"]),
         Route("/v1/streams/{stream_id}/capture", capture, methods=["GET"]),
+        Route(SCRIPT_PATH, script_response, methods=["GET"]),
         Route("/{path:path}", proxy.forward, methods=SERVED_METHODS),
     ]
     app = CORSStarlette(routes=routes, lifespan=proxy.lifespan,

@@ -7,31 +7,17 @@ Only the error's type is sent; the detail (paths, hosts) goes to the log.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import sqlite3
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..streams.journal.failures import JOURNAL_ERRORS
 from ..streams.logs import log_event
 from .routing import endpoint_for
 from .wire import error_body
 
 __all__ = ["JOURNAL_ERRORS", "journal_failed"]
-
-
-def _journal_errors() -> tuple[type[Exception], ...]:
-    """What the journals raise when their storage fails (``TimeoutError`` is an ``OSError``)."""
-    errors: list[type[Exception]] = [OSError, sqlite3.Error]
-    with contextlib.suppress(ImportError):  # the redis extra
-        from redis.exceptions import RedisError
-
-        errors.append(RedisError)
-    return tuple(errors)
-
-
-JOURNAL_ERRORS = _journal_errors()
 
 
 async def journal_failed(request: Request, error: Exception) -> Response:

@@ -7,7 +7,7 @@ client that reconnects gets exactly the frames it missed, and a slow one never g
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from starlette.responses import StreamingResponse
@@ -16,7 +16,7 @@ from ..streams.journal import Journal
 from .producer_lost import reattachable
 from .wire import Downstream, error_frame
 
-__all__ = ["SSE_HEADERS", "end_notice", "events_cursor", "frames_body", "stream_response"]
+__all__ = ["SSE_HEADERS", "end_notice", "frames_body", "stream_response"]
 
 # Never cache or buffer a stream (nginx honours X-Accel-Buffering).
 SSE_HEADERS = (("cache-control", "no-cache"), ("x-accel-buffering", "no"))
@@ -96,22 +96,3 @@ def stream_response(
         (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in out
     ]
     return response
-
-
-def events_cursor(
-    stream_id: str, headers: Mapping[str, str], query: Mapping[str, str]
-) -> int | None:
-    """The seq to serve after: ``Last-Event-ID`` wins over ``?after=``; ``None`` if either is
-    malformed or names another stream."""
-    last_event_id = headers.get("last-event-id")
-    if last_event_id:
-        named, colon, seq = last_event_id.strip().rpartition(":")
-        if not colon or named != stream_id or not seq.isascii() or not seq.isdigit():
-            return None
-        return int(seq)
-    after = query.get("after")
-    if after is None:
-        return 0
-    if not after.isascii() or not after.isdigit():
-        return None
-    return int(after)

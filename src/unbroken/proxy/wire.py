@@ -41,6 +41,7 @@ __all__ = [
     "downstream_for",
     "error_body",
     "error_frame",
+    "framing_of",
     "proxy_error_message",
     "upstream_framing",
 ]
@@ -92,7 +93,7 @@ def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
     (and can resume with ``Last-Event-ID``) like every other dialect.
     """
     spec = find_dialect(dialect)
-    framing = _framing_of(dialect)
+    framing = framing_of(dialect)
     if events_endpoint and framing.text:
         return Downstream(media_type="text/event-stream; charset=utf-8", dialect=dialect,
                           retry_ms=retry_ms)
@@ -109,11 +110,11 @@ def upstream_framing(dialect: str, media_type: str) -> Downstream:
     """Frames as the upstream's own wire carried them (the evidence export): SSE ``event:``
     (when named) and ``data:`` lines and a blank line, or an NDJSON line; no ids, no hints.
     What the upstream sent besides (``id:``/``retry:`` lines, comments) was never journaled."""
-    return Downstream(media_type=media_type, dialect=dialect, framing=_framing_of(dialect),
+    return Downstream(media_type=media_type, dialect=dialect, framing=framing_of(dialect),
                       ids=False, keepalive=None)
 
 
-def _framing_of(dialect: str) -> Framing:
+def framing_of(dialect: str) -> Framing:
     """A provider's framing; SSE for a stream of no provider (an app stream of
     ``unbroken.server`` in the same journal)."""
     spec = find_dialect(dialect)
@@ -127,7 +128,7 @@ def error_frame(dialect: str, seq: int, code: str, message: str,
     when the proxy made it."""
     event: str | None = None
     payload: Any
-    if not _framing_of(dialect).text:
+    if not framing_of(dialect).text:
         # An AWS event stream (Bedrock): an exception message, as the service ends a stream
         # it cannot finish; boto3 raises it as EventStreamError.
         data = encode_message(

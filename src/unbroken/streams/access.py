@@ -21,6 +21,7 @@ __all__ = [
     "TOKEN_HEADER",
     "TOKEN_PARAM",
     "credential_hash",
+    "events_cursor",
     "may_read",
     "new_stream_id",
     "new_stream_token",
@@ -105,3 +106,22 @@ def parse_event_id(value: str | None) -> tuple[str, int] | None:
     if not _STREAM_ID.fullmatch(stream_id):
         return None
     return stream_id, int(seq)
+
+
+def events_cursor(
+    stream_id: str, headers: Mapping[str, str], query: Mapping[str, str]
+) -> int | None:
+    """The seq to serve after: ``Last-Event-ID`` wins over ``?after=``; ``None`` if either is
+    malformed or names another stream."""
+    last_event_id = headers.get("last-event-id")
+    if last_event_id:
+        named, colon, seq = last_event_id.strip().rpartition(":")
+        if not colon or named != stream_id or not seq.isascii() or not seq.isdigit():
+            return None
+        return int(seq)
+    after = query.get("after")
+    if after is None:
+        return 0
+    if not after.isascii() or not after.isdigit():
+        return None
+    return int(after)

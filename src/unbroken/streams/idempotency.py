@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from .access import secret_hash
 
-__all__ = ["IDEMPOTENCY_HEADER", "PendingKeys", "idempotency_hash", "request_hash"]
+__all__ = ["IDEMPOTENCY_HEADER", "PendingKeys", "idempotency_hash", "key_hash", "request_hash"]
 
 IDEMPOTENCY_HEADER = "idempotency-key"
 
@@ -32,6 +32,11 @@ def idempotency_hash(headers: Mapping[str, str], credential_hash: str | None) ->
     key = headers.get(IDEMPOTENCY_HEADER, "").strip()
     if not key or credential_hash is None:
         return None
+    return key_hash(credential_hash, key)
+
+
+def key_hash(credential_hash: str, key: str) -> str:
+    """The hash naming an idempotency key of one credential (or one app stream owner)."""
     return secret_hash(f"idempotency\x00{credential_hash}\x00{key}")
 
 

@@ -58,6 +58,7 @@ from .redis_records import (
 __all__ = ["ORPHAN_CHECK", "PING_TIMEOUT", "RedisJournal"]
 
 PING_TIMEOUT: Final = 2.0  # seconds ``problem()`` waits for Redis
+MAX_CONNECTIONS: Final = 10_000  # of the client pool (Redis's own default maxclients)
 
 
 class RedisJournal(RedisFollow):
@@ -95,9 +96,12 @@ class RedisJournal(RedisFollow):
     async def open(self) -> None:
         import redis.asyncio  # the I/O dependency, only when a Redis store is used
 
+        # redis-py's pool allows 100 connections by default: 100 readers blocked on other
+        # replicas' streams, or a burst of creates, and the next command failed with
+        # MaxConnectionsError. Redis itself serves 10,000 clients by default.
         self._redis = redis.asyncio.Redis.from_url(
             self.url, decode_responses=False, socket_connect_timeout=5, socket_keepalive=True,
-            health_check_interval=30,
+            health_check_interval=30, max_connections=MAX_CONNECTIONS,
         )
         await self._load_scripts()
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
