@@ -65,6 +65,7 @@ def test_boto3_reads_the_mock_and_from_bedrock_tracks_it(
     response = bedrock("seed=3; tokens=12").converse_stream(modelId=MODEL, messages=MESSAGES)
     tracked = unbroken.from_bedrock(response)
     events = list(tracked)
+    response["stream"].close()
     assert [next(iter(event)) for event in events] == [
         "messageStart", *["contentBlockDelta"] * 12, "contentBlockStop", "messageStop", "metadata"
     ]
@@ -88,6 +89,7 @@ def test_boto3_tool_call(bedrock: Callable[[str], Any]) -> None:
     )
     tracked = unbroken.from_bedrock(response["stream"])
     events = list(tracked)
+    response["stream"].close()
     assert {"contentBlockStart": {
         "start": {"toolUse": {"toolUseId": tracked.message.tool_calls[0].id,
                               "name": "get_weather"}},
@@ -110,6 +112,7 @@ def test_boto3_raises_the_exception_and_from_bedrock_fails_the_message(
     with pytest.raises(EventStreamError) as caught:
         for event in tracked:
             seen.append(event)
+    response["stream"].close()  # the socket goes back now, not when the collector finds it
     assert caught.value.response["Error"]["Code"] == "modelStreamErrorException"
     assert len(seen) == 1 + 3 + 1  # start, three deltas, block stop
     message = tracked.message

@@ -48,6 +48,7 @@ def test_boto3_through_the_proxy(mock_server: str) -> None:
         try:
             response = client.converse_stream(modelId=MODEL, messages=BODY["messages"])
             events = list(response["stream"])
+            response["stream"].close()
         finally:
             client.close()
     headers = response["ResponseMetadata"]["HTTPHeaders"]
