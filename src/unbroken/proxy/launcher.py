@@ -220,7 +220,7 @@ class Launcher:
             headers=request_headers(request.headers.items(), identity=True),
             body=body,
             origin=origin,
-            background=endpoint.dialect == "openai-responses" and _background(body),
+            background=endpoint.spec.resumes_upstream and _background(body),
         )
         producer: Producer | None = None
         try:
