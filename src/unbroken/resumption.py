@@ -30,6 +30,7 @@ __all__ = [
     "DECISIONS",
     "IDEMPOTENCY_KEY",
     "LAST_EVENT_ID",
+    "MAX_SEQ",
     "PROXY_DOMAIN",
     "PROXY_MESSAGE_PREFIX",
     "STREAM_ID_HEADER",
@@ -46,6 +47,7 @@ __all__ = [
     "proxy_end_error",
     "proxy_error",
     "proxy_mark",
+    "valid_seq",
 ]
 
 # -- headers ------------------------------------------------------------------------------------
@@ -57,9 +59,10 @@ IDEMPOTENCY_KEY: Final = "Idempotency-Key"
 
 # -- the event id -------------------------------------------------------------------------------
 
-# A seq is stored as a signed 64-bit integer (SQLite, Redis stream ids): a longer number is not
-# one of ours, whatever its digits.
-_MAX_SEQ_DIGITS: Final = 18
+# A seq is stored as a signed 64-bit integer (SQLite INTEGER, Redis stream ids): a larger number
+# is not one of ours, whatever its digits (it used to reach the SQLite query and raise
+# OverflowError).
+MAX_SEQ: Final = 2**63 - 1
 
 
 def event_id(stream_id: str, seq: int) -> str:
@@ -72,15 +75,20 @@ def event_id_prefix(stream_id: str) -> str:
     return stream_id + ":"
 
 
+def valid_seq(text: str) -> bool:
+    """Whether ``text`` is a seq as an unbroken proxy writes it: ASCII digits, at most
+    ``MAX_SEQ``."""
+    return text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_SEQ
+
+
 def parse_event_id(value: str | None) -> tuple[str, int] | None:
     """``(stream_id, seq)`` of an unbroken event id, else ``None``: the part after the last
-    colon must be ASCII digits (at most 18), the part before it not empty. Surrounding
-    whitespace is ignored (a header value)."""
+    colon must be a ``valid_seq``, the part before it not empty. Surrounding whitespace is
+    ignored (a header value)."""
     if not value:
         return None
     stream_id, colon, seq = value.strip().rpartition(":")
-    if (not colon or not stream_id or not seq.isascii() or not seq.isdigit()
-            or len(seq) > _MAX_SEQ_DIGITS):
+    if not colon or not stream_id or not valid_seq(seq):
         return None
     return stream_id, int(seq)
 

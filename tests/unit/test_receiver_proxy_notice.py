@@ -19,8 +19,9 @@ import pytest
 from unbroken.dialects import get_dialect
 from unbroken.errors import PayloadError, ProviderError, ProxyInterrupted
 from unbroken.finish import FinishReason, Status
-from unbroken.mock.wire import Frame, Plan
+from unbroken.mock.wire import Frame, Framing, Plan, encode
 from unbroken.mock.wire_anthropic import ANTHROPIC
+from unbroken.mock.wire_bedrock import BEDROCK_CONVERSE
 from unbroken.mock.wire_gemini import GEMINI
 from unbroken.mock.wire_ollama import OLLAMA
 from unbroken.mock.wire_openai_chat import OPENAI_CHAT
@@ -30,10 +31,13 @@ from unbroken.resumption import ProxyMark, proxy_error
 from unbroken.trace import IGNORED
 
 MOCKS = {"openai-chat": OPENAI_CHAT, "openai-responses": OPENAI_RESPONSES,
-         "anthropic": ANTHROPIC, "gemini": GEMINI, "ollama": OLLAMA}
+         "anthropic": ANTHROPIC, "gemini": GEMINI, "ollama": OLLAMA,
+         "bedrock-converse": BEDROCK_CONVERSE}
 DELTAS = ("你好", "、世", "界")
 # Gemini twice: the events endpoint (ids) and a POST for google-genai (no ids, frame n is seq n).
-BODIES = ["openai-chat", "openai-responses", "anthropic", "gemini", "gemini-no-ids", "ollama"]
+# Bedrock's body is binary event-stream messages, without ids like Ollama's NDJSON.
+BODIES = ["openai-chat", "openai-responses", "anthropic", "gemini", "gemini-no-ids", "ollama",
+          "bedrock-converse"]
 ENDED = [("upstream_interrupted", "interrupted"), ("proxy_shutdown", "interrupted"),
          ("proxy_restarted", "interrupted")]
 
@@ -43,13 +47,16 @@ def dialect_of(body: str) -> str:
 
 
 def has_ids(body: str) -> bool:
-    return body not in ("gemini-no-ids", "ollama")
+    return body not in ("gemini-no-ids", "ollama", "bedrock-converse")
 
 
 def provider_frames(body: str) -> tuple[list[Frame], int]:
-    """The mock's frames of the reply, and how many of them carry the first two deltas."""
+    """The mock's frames of the reply, and how many of them carry the first two deltas (a
+    binary framing's as the messages it writes)."""
     frames = MOCKS[dialect_of(body)].stream_frames(
         Plan(model="m", ident="r1", deltas=DELTAS, finish="stop"))
+    if body == "bedrock-converse":
+        frames = [Frame(event=None, data=encode(f, Framing.EVENT_STREAM)) for f in frames]
     second = next(n for n, f in enumerate(frames, 1) if DELTAS[1].encode() in f.data)
     return frames, second
 
@@ -60,6 +67,8 @@ def wire(body: str, frames: list[tuple[str | None, bytes]], first: int, *,
     NDJSON lines."""
     if body == "ollama":
         return b"".join(data + b"\n" for _event, data in frames)
+    if body == "bedrock-converse":
+        return b"".join(data for _event, data in frames)  # whole messages, as written
     out = []
     for n, (event, data) in enumerate(frames, first):
         head = f"id: ub_x:{n}\n" if ids and has_ids(body) else ""
@@ -68,9 +77,18 @@ def wire(body: str, frames: list[tuple[str | None, bytes]], first: int, *,
     return b"".join(out)
 
 
-def proxy_frame(body: str, mark: ProxyMark, provider_seq: int | None) -> tuple[str | None, bytes]:
-    event, payload = proxy_error(get_dialect(dialect_of(body)), mark, provider_seq)
-    return event, json.dumps(payload, ensure_ascii=False).encode()
+def proxy_frame(body: str, mark: ProxyMark, provider_seq: int | None, *,
+                resumable: str | None = None) -> tuple[str | None, bytes]:
+    """The proxy's frame; ``resumable`` overwrites that field of the mark with a wrong value."""
+    dialect = get_dialect(dialect_of(body))
+    event, payload = proxy_error(dialect, mark, provider_seq)
+    text = json.dumps(payload, ensure_ascii=False)
+    if resumable is not None:
+        text = text.replace('"resumable": "false"', f'"resumable": "{resumable}"').replace(
+            "resumable=false", f"resumable={resumable}")
+    if not dialect.framing.text:
+        return event, dialect.frame_bytes(json.loads(text))
+    return event, text.encode()
 
 
 def receiver_for(body: str) -> StreamReceiver:
@@ -166,6 +184,8 @@ def test_a_notice_takes_no_seq_and_a_resume_completes_exactly(
 def test_a_providers_own_error_stays_failed(body: str) -> None:
     frames, head = provider_frames(body)
     own = MOCKS[dialect_of(body)].error_frame(head + 1)
+    if body == "bedrock-converse":
+        own = Frame(event=None, data=encode(own, Framing.EVENT_STREAM))
     receiver = receiver_for(body)
     feed(receiver, wire(body, [(f.event, f.data) for f in frames[:head]]
                         + [(own.event, own.data)], 1), 1000)
@@ -179,9 +199,7 @@ def test_a_mark_that_does_not_read_is_the_providers_error(body: str) -> None:
     # The right place, the wrong fields ("resumable" must be "true" or "false"): no guessing.
     frames, head = provider_frames(body)
     mark = ProxyMark(code="c", status="interrupted", resumable=False, message="unbroken proxy: m")
-    event, data = proxy_frame(body, mark, responses_seq(body, head))
-    data = data.replace(b'"resumable": "false"', b'"resumable": "maybe"').replace(
-        b"resumable=false", b"resumable=maybe")
+    event, data = proxy_frame(body, mark, responses_seq(body, head), resumable="maybe")
     receiver = receiver_for(body)
     feed(receiver, wire(body, [(f.event, f.data) for f in frames[:head]] + [(event, data)], 1),
          1000)

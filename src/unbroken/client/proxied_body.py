@@ -22,12 +22,13 @@ from ..dialects import get_dialect
 from ..errors import StreamError
 from ..framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from ..jsonparse import loads
-from ..resumption import PROXY_MESSAGE_PREFIX, event_id, parse_event_id, proxy_mark
+from ..resumption import PROXY_DOMAIN, event_id, event_id_prefix, parse_event_id, proxy_mark
 
 __all__ = ["ProxiedBody", "ResumeMismatch"]
 
-# The proxy's mark in a Gemini body is read by the Gemini dialect (resumption.proxy_mark).
+# The proxy's mark in a body without ids is read by its dialect (resumption.proxy_mark).
 _GEMINI = get_dialect("gemini")
+_OLLAMA = get_dialect("ollama")
 
 
 class ResumeMismatch(httpx2.RemoteProtocolError):
@@ -53,7 +54,7 @@ class ProxiedBody:
         # The last frame handed on (the proxy numbers frames 1, 2, 3 ...): ``after`` when the
         # POST itself asked to continue with ``Last-Event-ID``.
         self.seq = after
-        self._prefix = stream_id + ":"
+        self._prefix = event_id_prefix(stream_id)
         self._ndjson = ndjson
         self._ids: bool | None = None  # whether the POST's frames carry ids; fixed by its first
         self._held = b""  # an unnumbered error frame: the proxy's notice if the body ends here
@@ -73,7 +74,7 @@ class ProxiedBody:
 
     @property
     def last_event_id(self) -> str:
-        return f"{self.stream_id}:{self.seq}"
+        return event_id(self.stream_id, self.seq)
 
     def resumed(self) -> None:
         """A resume's body follows: SSE with ids, whatever the POST's form."""
@@ -240,7 +241,7 @@ class ProxiedBody:
     @staticmethod
     def _is_position_notice(event: ServerSentEvent) -> bool:
         """In a body without ids (a Gemini POST) the proxy marks its notice."""
-        if "STREAM_INCOMPLETE" not in event.data:
+        if PROXY_DOMAIN not in event.data:  # cheap: most frames are not the proxy's
             return False
         try:
             mark = proxy_mark(_GEMINI, loads(event.data))
@@ -252,5 +253,4 @@ class ProxiedBody:
     def _is_ollama_notice(value: Any) -> bool:
         """An Ollama error line the proxy wrote: it may be its notice (a journaled one comes
         back from the resume, numbered)."""
-        error = value.get("error") if value.__class__ is dict else None
-        return error.__class__ is str and error.startswith(PROXY_MESSAGE_PREFIX)
+        return proxy_mark(_OLLAMA, value) is not None

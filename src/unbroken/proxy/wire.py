@@ -14,7 +14,13 @@ Two compatibility rules shape the bytes (both found in the official SDKs' decode
   the ``Unbroken-Stream-Id`` header, and frame n of the body is seq n). A bare LF keeps it alive.
   ``GET /v1/streams/{id}/events`` serves every dialect with ids.
 
-Ollama's POST stays NDJSON: the upstream line bytes, one per line, no ids.
+A dialect whose framing has no ids keeps its own on its POST: Ollama's NDJSON is the upstream
+line bytes, one per line; Bedrock's event stream is the upstream messages, byte for byte. Such a
+body carries no ids: the stream id is in the ``Unbroken-Stream-Id`` header and frame n of a body
+that resumes after seq k is seq k+n, so a client that counts frames resumes with
+``Last-Event-ID: <stream_id>:<seq>`` like any other. A binary framing cannot travel as SSE data:
+``GET /v1/streams/{id}/events`` serves it in its own framing too (resume with ``Last-Event-ID``
+or ``?after=``).
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..dialects import DIALECT_NAMES, Dialect, get_dialect
-from ..jsonparse import dumps_compact
+from ..dialects import DIALECT_NAMES, Dialect, find_dialect, get_dialect
+from ..errors import StreamError
+from ..framing import SSE, Framing
 from ..resumption import PROXY_DOMAIN, ProxyMark, event_id_prefix, proxy_error, proxy_mark
 from ..streams.journal import FrameRecord
 
@@ -35,6 +42,7 @@ __all__ = [
     "downstream_for",
     "error_body",
     "error_frame",
+    "framing_of",
     "proxy_error_message",
     "upstream_framing",
 ]
@@ -44,19 +52,21 @@ KEEPALIVE_COMMENT = b": keep-alive\n"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Downstream:
-    """How one response serializes frames: SSE with or without ids, or NDJSON."""
+    """How one response serializes frames: SSE with or without ids, or the dialect's own
+    framing (NDJSON lines, event-stream messages) as journaled."""
 
     media_type: str
     dialect: str  # whose error frame ends a response cut short
-    ndjson: bool = False
+    framing: Framing = SSE
     ids: bool = True
     keepalive: bytes | None = KEEPALIVE_COMMENT
     retry_ms: int | None = None
 
     def frames(self, stream_id: str, frames: list[FrameRecord], first: bool) -> bytes:
         """The wire bytes of a batch of frames; ``first`` marks the response's first batch."""
-        if self.ndjson:
-            return b"".join([frame.data + b"\n" for frame in frames])
+        if self.framing is not SSE:
+            end = self.framing.terminator
+            return b"".join([frame.data + end for frame in frames])
         out: list[bytes] = []
         prefix = event_id_prefix(stream_id).encode()
         retry = self.retry_ms if first else None
@@ -83,13 +93,16 @@ def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
     ``id:``, and it asks for ``*/*``; an SSE client that asks for the media type gets the ids
     (and can resume with ``Last-Event-ID``) like every other dialect.
     """
-    if events_endpoint:
+    spec = find_dialect(dialect)
+    framing = framing_of(dialect)
+    if events_endpoint and framing.text:
         return Downstream(media_type="text/event-stream; charset=utf-8", dialect=dialect,
                           retry_ms=retry_ms)
-    if dialect == "ollama":
-        return Downstream(media_type=media_type, dialect=dialect, ndjson=True, ids=False,
-                          keepalive=None)
-    if dialect == "gemini" and "text/event-stream" not in accept.lower():
+    if not framing.ids:
+        return Downstream(media_type=media_type, dialect=dialect, framing=framing,
+                          ids=False, keepalive=None)
+    ids_when_accepted = spec is not None and spec.ids_when_accepted
+    if ids_when_accepted and "text/event-stream" not in accept.lower():
         return Downstream(media_type=media_type, dialect=dialect, ids=False, keepalive=b"\n")
     return Downstream(media_type=media_type, dialect=dialect, retry_ms=retry_ms)
 
@@ -98,8 +111,15 @@ def upstream_framing(dialect: str, media_type: str) -> Downstream:
     """Frames as the upstream's own wire carried them (the evidence export): SSE ``event:``
     (when named) and ``data:`` lines and a blank line, or an NDJSON line; no ids, no hints.
     What the upstream sent besides (``id:``/``retry:`` lines, comments) was never journaled."""
-    return Downstream(media_type=media_type, dialect=dialect, ndjson=dialect == "ollama",
+    return Downstream(media_type=media_type, dialect=dialect, framing=framing_of(dialect),
                       ids=False, keepalive=None)
+
+
+def framing_of(dialect: str) -> Framing:
+    """A provider's framing; SSE for a stream of no provider (an app stream of
+    ``unbroken.server`` in the same journal)."""
+    spec = find_dialect(dialect)
+    return SSE if spec is None else spec.framing
 
 
 def error_frame(dialect: str, seq: int, mark: ProxyMark,
@@ -107,8 +127,9 @@ def error_frame(dialect: str, seq: int, mark: ProxyMark,
     """A frame the proxy writes itself (``resumption.py``: the dialect's error shape, so the
     official SDKs raise instead of ending quietly on half a sentence, with the proxy's mark);
     its receive time is now, when the proxy made it."""
-    event, payload = proxy_error(_shaper(dialect), mark, provider_seq)
-    return FrameRecord(seq, event, dumps_compact(payload).encode(), "", time.time())
+    shaper = _shaper(dialect)
+    event, payload = proxy_error(shaper, mark, provider_seq)
+    return FrameRecord(seq, event, shaper.frame_bytes(payload), "", time.time())
 
 
 def proxy_error_message(dialect: str, frame: FrameRecord) -> str | None:
@@ -116,11 +137,16 @@ def proxy_error_message(dialect: str, frame: FrameRecord) -> str | None:
     other frame."""
     if PROXY_DOMAIN.encode() not in frame.data:
         return None
+    shaper = _shaper(dialect)
     try:
-        payload = json.loads(frame.data)
-    except ValueError:
+        if shaper.framing.text:
+            payload = json.loads(frame.data)
+        else:  # a binary message (Bedrock's event stream): its payload as the dialect reads it
+            decoded = shaper.framing.new_decoder(len(frame.data)).receive_data(frame.data)
+            payload = shaper.load(decoded[0]) if len(decoded) == 1 else None
+    except (ValueError, StreamError):
         return None
-    mark = proxy_mark(_shaper(dialect), payload)
+    mark = proxy_mark(shaper, payload)
     return None if mark is None else mark.message
 
 

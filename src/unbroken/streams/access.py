@@ -14,7 +14,7 @@ import re
 import secrets
 from collections.abc import Mapping
 
-from ..resumption import LAST_EVENT_ID, STREAM_TOKEN_HEADER
+from ..resumption import LAST_EVENT_ID, STREAM_TOKEN_HEADER, valid_seq
 from ..resumption import parse_event_id as parse_any_event_id
 from .journal import StreamMeta, Tombstone
 
@@ -117,6 +117,6 @@ def events_cursor(
     after = query.get("after")
     if after is None:
         return 0
-    if not after.isascii() or not after.isdigit():
+    if not valid_seq(after):
         return None
     return int(after)
