@@ -18,6 +18,7 @@ import httpx2
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..dialects.openai_chat import with_usage_requested
 from ..finish import Status
 from ..streams.access import credential_hash, new_stream_id, new_stream_token, secret_hash
 from ..streams.idempotency import PendingKeys, idempotency_hash, request_hash
@@ -209,12 +210,15 @@ class Launcher:
         if refused is not None:
             return self.refuse(refused, endpoint.dialect), None
         origin = self.config.origin(endpoint.provider)
+        asking = (with_usage_requested(body)
+                  if endpoint.dialect == "openai-chat" and self.config.request_usage else None)
         upstream = UpstreamRequest(
             url=origin + target(request),
             headers=request_headers(request.headers.items(), identity=True),
-            body=body,
+            body=body if asking is None else asking,
             origin=origin,
             background=endpoint.dialect == "openai-responses" and _background(body),
+            usage_asked=asking is not None,
         )
         producer: Producer | None = None
         try:
@@ -223,7 +227,7 @@ class Launcher:
             try:
                 response = await client.send(
                     client.build_request("POST", upstream.url, headers=upstream.headers,
-                                         content=body),
+                                         content=upstream.body),
                     stream=True,
                 )
             except httpx2.HTTPError as exc:

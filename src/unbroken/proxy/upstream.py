@@ -24,8 +24,9 @@ from typing import Any
 
 import httpx2
 
+from ..dialects.openai_chat import is_usage_only_chunk
 from ..errors import IdleTimeout, StreamError, TransportError
-from ..events import TextDelta
+from ..events import TextDelta, Usage
 from ..finish import Status
 from ..receiver import Frame, StreamReceiver
 from ..streams.journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
@@ -54,6 +55,9 @@ class UpstreamRequest:
     body: bytes
     origin: str
     background: bool = False
+    # The proxy added OpenAI chat's ``stream_options.include_usage`` (the client did not set
+    # it): the usage-only chunk that answers is not the client's, see ``Producer._submit``.
+    usage_asked: bool = False
 
 
 class Producer:
@@ -229,12 +233,23 @@ class Producer:
 
     def _submit(self, frames: list[Frame]) -> None:
         """Number the frames and submit them to the journal's next group commit, without
-        waiting for it: reading goes on, and readers are woken when the commit lands."""
+        waiting for it: reading goes on, and readers are woken when the commit lands.
+
+        The usage-only chunk of an OpenAI chat stream whose usage the proxy asked for (the
+        client did not) is not a frame of the stream: the receiver has read its usage, which
+        the journal keeps in the stream's state (submitted with these frames, or alone), but
+        it gets no seq and is never sent. So the client's SDK sees the body it asked for, and
+        the seqs a reader resumes by stay 1, 2, 3 ... with no gap where it was.
+        """
         records: list[FrameRecord] = []
         dedupe = self._receiver.seq_source == "provider"
         sse = self._sse
         epoch = self._epoch
+        hidden = False
         for frame in frames:
+            if self._request.usage_asked and _usage_only(frame):
+                hidden = True
+                continue
             if dedupe:
                 if frame.seq <= self._provider_seq:
                     continue  # a frame the upstream sent again: already forwarded
@@ -257,12 +272,16 @@ class Producer:
                 records.append(FrameRecord(self.seq, None, wire.raw.rstrip(b"\r\n"), text,
                                            frame.t + epoch))
         if not records:
+            if hidden:  # the usage alone: journaled now, not only with the next frame
+                self._track(self._journal.submit(self.stream_id, [], self._state(final=False)))
             return
-        landed = self._journal.submit(self.stream_id, records, self._state(final=False))
+        self._track(self._journal.submit(self.stream_id, records, self._state(final=False)))
+        self._in_flight += len(records)
+
+    def _track(self, landed: asyncio.Future[Any]) -> None:
         if landed is not self._last_commit:  # appends of one turn share their group commit
             landed.add_done_callback(self._on_commit)
             self._last_commit = landed
-        self._in_flight += len(records)
 
     def _on_commit(self, landed: asyncio.Future[Any]) -> None:
         if landed.cancelled():
@@ -378,3 +397,12 @@ class Producer:
         if not final:
             self._progress = state
         return state
+
+
+def _usage_only(frame: Frame) -> bool:
+    """Whether a frame is OpenAI chat's usage-only chunk: only usage parsed from it, and its
+    payload says ``"choices": []`` (only such frames have their JSON read twice)."""
+    events = frame.events
+    if not events or any(event.__class__ is not Usage for event in events):
+        return False
+    return is_usage_only_chunk(frame.sse.data.encode())  # type: ignore[union-attr]
