@@ -223,6 +223,7 @@ class Launcher:
         producer: Producer | None = None
         try:
             client = self._client()
+            requested = time.monotonic()  # time to first chunk and to the end count from here
             sent = time.perf_counter()
             try:
                 response = await client.send(
@@ -268,7 +269,8 @@ class Launcher:
                 await response.aclose()
                 raise
             producer = Producer(journal=self.journal, client=client, config=self.config,
-                                meta=meta, tail=tail, request=upstream, response=response)
+                                meta=meta, tail=tail, request=upstream, response=response,
+                                metrics=self.metrics, requested=requested)
             self.run(producer, credential)
         finally:
             if producer is None:

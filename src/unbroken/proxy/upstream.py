@@ -33,6 +33,7 @@ from ..streams.journal import FrameRecord, Journal, LiveTail, StreamMeta, Stream
 from ..streams.logs import log_event
 from ..streams.stream_outcome import closing_error, error_fields, usage_fields
 from .config import ProxyConfig
+from .metrics import ProxyMetrics
 from .wire import error_frame
 
 __all__ = ["Producer", "UpstreamRequest"]
@@ -73,8 +74,15 @@ class Producer:
         tail: LiveTail,
         request: UpstreamRequest,
         response: httpx2.Response | None,
+        metrics: ProxyMetrics | None = None,
+        requested: float | None = None,
     ) -> None:
-        """``response=None``: the stream is continued upstream (see ``continue_after``)."""
+        """``response=None``: the stream is continued upstream (see ``continue_after``).
+
+        ``metrics``: told the time to the first output frame and to the end, counted from
+        ``requested`` (the monotonic time the upstream request was sent). Only the producer
+        that made the stream's first request is given them: one that continues a stream
+        started elsewhere would count a second operation."""
         self.stream_id = meta.stream_id
         self.dialect = meta.dialect
         self._journal = journal
@@ -101,6 +109,9 @@ class Producer:
         self._drain_scheduled = False
         self.task: asyncio.Task[None] | None = None
         self._started = time.monotonic()
+        self._metrics = metrics
+        self._requested = self._started if requested is None else requested
+        self._first_chunk_seen = metrics is None  # nothing to tell without metrics
         # Frames carry the monotonic time of the read that completed them; this turns it into
         # the epoch seconds journaled as their receive time (no clock read per frame).
         self._epoch = time.time() - self._started
@@ -250,6 +261,10 @@ class Producer:
             if self._request.usage_asked and _usage_only(frame):
                 hidden = True
                 continue
+            if not self._first_chunk_seen and frame.has_output:
+                self._first_chunk_seen = True
+                assert self._metrics is not None
+                self._metrics.first_chunk(self.dialect, frame.t - self._requested)
             if dedupe:
                 if frame.seq <= self._provider_seq:
                     continue  # a frame the upstream sent again: already forwarded
@@ -359,6 +374,8 @@ class Producer:
         closing = closing_error(message, self._stop_reason)
         last = [] if closing is None else [self._error_frame(*closing)]
         await self._journal.append(self.stream_id, last, self._state(final=True))
+        if self._metrics is not None:
+            self._metrics.stream_ended(self.dialect, status, time.monotonic() - self._requested)
         log_event("stream.end", stream_id=self.stream_id, seq=self.seq, status=status.value,
                   upstream_requests=self.upstream_requests,
                   seconds=round(time.monotonic() - self._started, 3))
