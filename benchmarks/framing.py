@@ -48,7 +48,6 @@ import httpx_sse._decoders
 import openai._streaming
 import sseclient
 
-import unbroken.framing.sse
 from unbroken import SSEDecoder
 
 # A peer decodes the reads and returns (events, total data length); with ``checksum=False``
@@ -214,8 +213,10 @@ def random_reads(body: bytes, seed: int = 1) -> list[bytes]:
 # -- peers --------------------------------------------------------------------------------------
 
 
-def run_unbroken(chunks: Iterable[bytes], checksum: bool) -> tuple[int, int]:
-    decoder = SSEDecoder()
+def run_unbroken(
+    chunks: Iterable[bytes], checksum: bool, decoder_type: type[SSEDecoder] = SSEDecoder
+) -> tuple[int, int]:
+    decoder = decoder_type()
     receive = decoder.receive_data
     count = chars = 0
     if not checksum:
@@ -282,15 +283,14 @@ def run_sseclient(chunks: Iterable[bytes], checksum: bool) -> tuple[int, int]:
     return drain(sseclient.SSEClient(iter(chunks)).events(), checksum)
 
 
+class GeneralSSEDecoder(SSEDecoder):
+    """unbroken without its accelerator: every block is read by the field reader."""
+
+    accelerator = None
+
+
 def run_general_path(chunks: Iterable[bytes], checksum: bool) -> tuple[int, int]:
-    # unbroken with its hot paths off: with _SMALL (a private threshold) below zero, every read
-    # takes the general path.
-    saved = unbroken.framing.sse._SMALL
-    unbroken.framing.sse._SMALL = -1
-    try:
-        return run_unbroken(chunks, checksum)
-    finally:
-        unbroken.framing.sse._SMALL = saved
+    return run_unbroken(chunks, checksum, GeneralSSEDecoder)
 
 
 PEERS: dict[str, Runner] = {

@@ -27,7 +27,7 @@ from pathlib import Path
 import regex
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, from anywhere
-from unbroken.graphemes import GraphemeBuffer, cluster_starts
+from unbroken.client.graphemes import GraphemeBuffer, cluster_starts
 from unbroken.mock import reply_deltas
 
 _CLUSTER = regex.compile(r"\X")

@@ -33,6 +33,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from unbroken.finish import Status
@@ -47,6 +48,8 @@ from unbroken.streams.journal import (
 
 DATA = (b'{"id":"chatcmpl-p","object":"chat.completion.chunk","created":0,"model":"m",'
         b'"choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}')
+# What an upstream's answer leaves in a stream's meta (forwarded response headers).
+ANSWER_HEADERS = (("x-request-id", "req_0123456789abcdef"), ("openai-processing-ms", "212"))
 LAYOUTS = {
     "v2 clustered": (
         "CREATE TABLE frames (stream_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT, "
@@ -115,10 +118,12 @@ async def journal_cost(journal: Journal, streams: int, per: int, frames: int) ->
 
 
 async def create_cost(journal: Journal, existing: int, creates: int, together: int,
-                      redis_url: str | None = None) -> tuple[float, float]:
+                      redis_url: str | None = None, *,
+                      answered: bool = False) -> tuple[float, float]:
     """CPU seconds per ``create`` in this process and in the Redis server at ``redis_url``
     (0.0 without one), ``together`` creates per turn of the loop, after ``existing`` streams
-    were created (untimed)."""
+    were created (untimed). ``answered``: each create is followed by the write-ahead's second
+    write, ``answered`` (the upstream's media type and headers), as the proxy does."""
     await journal.open()
     try:
         def meta(n: int) -> StreamMeta:
@@ -131,11 +136,15 @@ async def create_cost(journal: Journal, existing: int, creates: int, together: i
         for start in range(0, existing, 50):
             await asyncio.gather(*(journal.create(meta(n), state)
                                    for n in range(start, min(existing, start + 50))))
+        async def start_one(n: int) -> None:
+            await journal.create(meta(n), state)
+            if answered:
+                await journal.answered(replace(meta(n), response_headers=ANSWER_HEADERS))
+
         server = 0.0 if redis_url is None else await redis_cpu(redis_url)
         started = time.process_time()
         for start in range(existing, existing + creates, together):
-            await asyncio.gather(*(journal.create(meta(n), state)
-                                   for n in range(start, start + together)))
+            await asyncio.gather(*(start_one(n) for n in range(start, start + together)))
         ours = (time.process_time() - started) / creates
         if redis_url is not None:
             server = (await redis_cpu(redis_url) - server) / creates
@@ -192,7 +201,13 @@ async def redis_costs(url: str, streams: int, per: int, frames: int) -> tuple[fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer frames (a smoke test)")
+    parser.add_argument("--create-only", action="store_true",
+                        help="only the cost of starting a stream (create, and write-ahead)")
     options = parser.parse_args()
+    if options.create_only:
+        with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as url:
+            create_section(Path(tmp), url, 400 if options.quick else 4_000)
+        return
     frames = 6_000 if options.quick else 60_000
     print(f"frames per case: {frames}; cpus={os.cpu_count()}; sqlite {sqlite3.sqlite_version}")
     print(f"{'streams':>8}{'frames/stream':>15}{'layout':>15}{'us/commit':>11}{'us/frame':>10}"
@@ -224,21 +239,29 @@ def main() -> None:
                     ours, server = asyncio.run(redis_costs(url, streams, per, frames))
                     print(row + f"{ours * 1e6:>8.1f}{server * 1e6:>8.1f}"
                                 f"{(ours + server) * 1e6:>14.1f}")
-            creates = 400 if options.quick else 4_000
-            print(f"\ncreate: CPU us per new stream ({creates} creates after 10,000 streams; "
-                  "this process; Redis: its server too)")
-            print(f"{'per turn':>9}{'SQLite':>9}{'Redis':>8}{'server':>8}")
-            for together in (1, 50):
-                path = str(Path(tmp) / f"create-{together}.db")
-                sqlite_cost, _ = asyncio.run(create_cost(SQLiteJournal(path), 10_000, creates,
-                                                         together))
-                row = f"{together:>9}{sqlite_cost * 1e6:>9.1f}"
-                if url is None:
-                    print(row + "   (no redis-server installed)")
-                    continue
-                ours, server = asyncio.run(create_cost(
-                    RedisJournal(f"{url}?prefix=c{together}:"), 10_000, creates, together, url))
-                print(row + f"{ours * 1e6:>8.1f}{server * 1e6:>8.1f}")
+            create_section(Path(tmp), url, 400 if options.quick else 4_000)
+
+
+def create_section(tmp: Path, url: str | None, creates: int) -> None:
+    """CPU per new stream: ``create`` alone, and with the write-ahead's ``answered`` (the
+    proxy's two writes per stream), side by side in one process."""
+    print(f"\ncreate: CPU us per new stream ({creates} creates after 10,000 streams; "
+          "this process; Redis: its server too)")
+    print(f"{'per turn':>9}{'writes':>22}{'SQLite':>9}{'Redis':>8}{'server':>8}")
+    for together in (1, 50):
+        for answered in (False, True):
+            name = "create + answered" if answered else "create"
+            path = str(tmp / f"create-{together}-{answered}.db")
+            sqlite_cost, _ = asyncio.run(create_cost(SQLiteJournal(path), 10_000, creates,
+                                                     together, answered=answered))
+            row = f"{together:>9}{name:>22}{sqlite_cost * 1e6:>9.1f}"
+            if url is None:
+                print(row + "   (no redis-server installed)")
+                continue
+            ours, server = asyncio.run(create_cost(
+                RedisJournal(f"{url}?prefix=c{together}{int(answered)}:"), 10_000, creates,
+                together, url, answered=answered))
+            print(row + f"{ours * 1e6:>8.1f}{server * 1e6:>8.1f}")
 
 if __name__ == "__main__":
     main()

@@ -18,14 +18,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
-from unittest import mock
+from typing import Any, Literal, Protocol
 
 import pytest
 
-import unbroken.framing.sse
-import unbroken.framing.sse_blocks
 from unbroken.errors import LocalProtocolError, StreamError
+from unbroken.framing import DEFAULT_MAX_EVENT_SIZE, SSEDecoder
 
 __all__ = [
     "SSE_PATHS",
@@ -33,18 +31,34 @@ __all__ = [
     "chunkings",
     "exact",
     "run",
+    "sse_decoder",
     "sse_paths",
     "sse_state",
     "sse_stream_state",
     "tr",
 ]
 
-# SSEDecoder reads the same bytes by several routes, chosen by shape and size: "usual" (as
-# shipped), "named first" (every read the hot paths take goes down the named-event path, which
-# then reads lone "data:" blocks too), "general" (no hot path), "block by block" (no region is
-# read as one list of lines) and "in place" (every block and buffer counts as huge, so the
-# copy-careful routes run). A test parametrized over SSE_PATHS runs each.
-SSE_PATHS = ("usual", "named first", "general", "block by block", "in place")
+# SSEDecoder reads the same bytes by several routes, composed of its parts: "usual" (as shipped:
+# the accelerator for the common block shapes, else the field reader), "general" (no accelerator)
+# and "in place" (no accelerator, every block read as a huge one, its values in place). A test
+# parametrized over SSE_PATHS builds its decoders with ``sse_decoder`` inside ``sse_paths(path)``.
+
+
+class GeneralSSEDecoder(SSEDecoder):
+    accelerator = None
+
+
+class InPlaceSSEDecoder(GeneralSSEDecoder):
+    copy_limit = 0
+
+
+_ROUTES: dict[str, type[SSEDecoder]] = {
+    "usual": SSEDecoder,
+    "general": GeneralSSEDecoder,
+    "in place": InPlaceSSEDecoder,
+}
+SSE_PATHS = tuple(_ROUTES)
+_route: list[type[SSEDecoder]] = [SSEDecoder]  # the innermost ``sse_paths`` wins
 
 # The structured fields an error may carry; compared across chunkings.
 _ERROR_FIELDS = ("offset", "line", "limit", "tail")
@@ -76,20 +90,21 @@ class Outcome:
 
 @contextlib.contextmanager
 def sse_paths(path: str) -> Iterator[None]:
-    """Make ``SSEDecoder`` take the routes named by ``path`` (one of ``SSE_PATHS``)."""
-    assert path in SSE_PATHS
-    blocks, sse = unbroken.framing.sse_blocks, unbroken.framing.sse
-    with contextlib.ExitStack() as stack:
-        if path == "named first":
-            stack.enter_context(mock.patch.object(sse, "_DATA_LINES_FIRST", False))
-        if path == "general":
-            stack.enter_context(mock.patch.object(sse, "_SMALL", -1))
-        if path in ("block by block", "in place"):
-            stack.enter_context(mock.patch.object(blocks, "_LINES_LIMIT", 0))
-        if path == "in place":
-            stack.enter_context(mock.patch.object(blocks, "_COPY_LIMIT", 0))
-            stack.enter_context(mock.patch.object(sse, "_SMALL", 0))
+    """Make ``sse_decoder`` build the route named by ``path`` (one of ``SSE_PATHS``)."""
+    _route.append(_ROUTES[path])
+    try:
         yield
+    finally:
+        _route.pop()
+
+
+def sse_decoder(
+    errors: Literal["strict", "replace"] = "strict",
+    max_event_size: int = DEFAULT_MAX_EVENT_SIZE,
+    last_event_id: str = "",
+) -> SSEDecoder:
+    """An ``SSEDecoder`` of the route chosen by ``sse_paths`` (as shipped outside one)."""
+    return _route[-1](errors=errors, max_event_size=max_event_size, last_event_id=last_event_id)
 
 
 def sse_state(decoder: Any) -> tuple[str, int | None, bytes]:

@@ -44,28 +44,31 @@ from .events import (
 from .finish import FinishReason, Status
 from .framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder, Utf8Decoder
 from .message import Message, ToolCall
-from .parsing import parse
-from .receiver import Frame, StreamReceiver
+from .receiver import Frame, StreamReceiver, parse
 from .trace import Trace
 
 # The I/O layers need httpx2 (extra ``client``), GraphemeBuffer needs regex; they load on first
 # use so that importing ``unbroken`` stays standard-library only. Type checkers see the real names.
 if _TYPE_CHECKING:
     from .client import AsyncStream, Deadlines, Retry, Stream, astream, stream
-    from .graphemes import GraphemeBuffer
+    from .client.graphemes import GraphemeBuffer
+    from .client.resuming import ResumingTransport, async_http_client, http_client
     from .sdk import from_anthropic, from_gemini, from_ollama, from_openai
 
 _LAZY = {
     "AsyncStream": "unbroken.client",
     "Deadlines": "unbroken.client",
-    "GraphemeBuffer": "unbroken.graphemes",
+    "GraphemeBuffer": "unbroken.client.graphemes",
+    "ResumingTransport": "unbroken.client.resuming",
     "Retry": "unbroken.client",
     "Stream": "unbroken.client",
     "astream": "unbroken.client",
+    "async_http_client": "unbroken.client.resuming",
     "from_anthropic": "unbroken.sdk",
     "from_gemini": "unbroken.sdk",
     "from_ollama": "unbroken.sdk",
     "from_openai": "unbroken.sdk",
+    "http_client": "unbroken.client.resuming",
     "stream": "unbroken.client",
 }
 
@@ -111,6 +114,7 @@ __all__ = [
     "ProtocolError",
     "ProviderError",
     "ReasoningDelta",
+    "ResumingTransport",
     "Retry",
     "SSEDecoder",
     "SequenceError",
@@ -134,10 +138,12 @@ __all__ = [
     "Utf8Decoder",
     "__version__",
     "astream",
+    "async_http_client",
     "from_anthropic",
     "from_gemini",
     "from_ollama",
     "from_openai",
+    "http_client",
     "parse",
     "stream",
 ]

@@ -31,7 +31,7 @@ The hierarchy::
 
 When a deadline, a final HTTP status or a wrong content type ends a stream short of its finish,
 the client raises an exception of two types, ``Interrupted`` and the cause's own (e.g.
-``Interrupted[IdleTimeout]``, made by ``interrupted_by``): code that catches ``Interrupted``
+``Interrupted[IdleTimeout]``, from ``interrupted_by``): code that catches ``Interrupted``
 for every interrupted stream and code that catches ``IdleTimeout`` both see it.
 
 ``LocalProtocolError`` is deliberately *not* a ``StreamError``: it reports a bug in the caller,
@@ -263,38 +263,52 @@ class StreamRefusedError(Exception):
         self.status = status
 
 
-# The errors a caller may want to catch by their own type when they end a stream.
-_OWN_TYPES = (StreamTimeout, UpstreamStatusError, ContentTypeError)
-_BOTH: dict[type[StreamError], type[Interrupted]] = {}
+class _InterruptedBy(Interrupted):
+    """An ``Interrupted`` that is also of its cause's type, with the cause's attributes."""
+
+    def __init__(self, detail: str, *, message: Any = None, **attributes: Any) -> None:
+        StreamError.__init__(self, detail)
+        vars(self).update(attributes)
+        self.message = message
 
 
-def _init_both(self: Interrupted, detail: str, *, message: Any = None, **attributes: Any) -> None:
-    StreamError.__init__(self, detail)
-    vars(self).update(attributes)
-    self.message = message
+# One class per cause a caller may want to catch by its own type when it ends a stream.
+class InterruptedByConnectTimeout(_InterruptedBy, ConnectTimeout): ...
+class InterruptedByFirstEventTimeout(_InterruptedBy, FirstEventTimeout): ...
+class InterruptedByIdleTimeout(_InterruptedBy, IdleTimeout): ...
+class InterruptedByTotalTimeout(_InterruptedBy, TotalTimeout): ...
+class InterruptedByStreamTimeout(_InterruptedBy, StreamTimeout): ...
+class InterruptedByUpstreamStatusError(_InterruptedBy, UpstreamStatusError): ...
+class InterruptedByContentTypeError(_InterruptedBy, ContentTypeError): ...
+
+
+_BY_CAUSE: dict[type[StreamError], type[_InterruptedBy]] = {
+    kind.__bases__[1]: kind
+    for kind in (
+        InterruptedByConnectTimeout,
+        InterruptedByFirstEventTimeout,
+        InterruptedByIdleTimeout,
+        InterruptedByTotalTimeout,
+        InterruptedByStreamTimeout,
+        InterruptedByUpstreamStatusError,
+        InterruptedByContentTypeError,
+    )
+}
+for _cause, _kind in _BY_CAUSE.items():
+    _kind.__name__ = f"Interrupted[{_cause.__name__}]"  # how it reads; pickled by __qualname__
+    _kind.__doc__ = f"An interrupted stream that {_cause.__name__} ended."
 
 
 def interrupted_by(cause: StreamError | None, detail: str, *, message: Any) -> Interrupted:
     """The ``Interrupted`` to raise for a stream that ``cause`` ended without a finish reason.
 
     For a deadline, a final HTTP status or a wrong content type it is also an instance of the
-    cause's type, with the cause's attributes (``seconds``, ``status``, ``body`` ...); the
-    class, ``Interrupted[IdleTimeout]`` say, is made once and can be pickled by name.
+    cause's type (``Interrupted[IdleTimeout]`` say), with the cause's attributes (``seconds``,
+    ``status``, ``body`` ...), so ``except IdleTimeout`` catches it too.
     """
-    if not isinstance(cause, _OWN_TYPES):
+    kind = next((_BY_CAUSE[base] for base in type(cause).__mro__ if base in _BY_CAUSE), None)
+    if kind is None:
         return Interrupted(detail, message=message)
-    kind = type(cause)
-    both = _BOTH.get(kind)
-    if both is None:
-        name = f"Interrupted[{kind.__name__}]"
-        made: Any = type(name, (Interrupted, kind), {
-            "__init__": _init_both,
-            "__module__": __name__,
-            "__qualname__": name,
-            "__doc__": f"An interrupted stream that {kind.__name__} ended.",
-        })
-        both = _BOTH[kind] = made
-        globals()[name] = made
     attributes = {key: value for key, value in vars(cause).items()
                   if key not in ("detail", "message")}
-    return both(detail, message=message, **attributes)
+    return kind(detail, message=message, **attributes)

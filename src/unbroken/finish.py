@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["END_STATES", "UNMAPPED", "FinishReason", "Status"]
+__all__ = ["END_STATES", "STATUS_OF_REASON", "UNMAPPED", "FinishReason", "Status"]
 
 
 class Status(StrEnum):
@@ -47,3 +47,15 @@ END_STATES = frozenset(
 # A raw reason no table knows: the stream did end by the provider's word, so it is completed,
 # but the reason is "other" and the trace carries a warning.
 UNMAPPED = (Status.COMPLETED, FinishReason.OTHER)
+
+# The end state a normalized finish reason gives (every dialect's table agrees with it): what a
+# journal that kept a stream's finish reason, but not its end, ends it as.
+STATUS_OF_REASON = {
+    FinishReason.STOP: Status.COMPLETED,
+    FinishReason.TOOL_CALLS: Status.COMPLETED,
+    FinishReason.PAUSE: Status.COMPLETED,
+    FinishReason.OTHER: Status.COMPLETED,
+    FinishReason.LENGTH: Status.TRUNCATED,
+    FinishReason.CONTENT_FILTER: Status.FILTERED,
+    FinishReason.ERROR: Status.FAILED,
+}

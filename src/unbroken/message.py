@@ -43,12 +43,14 @@ from .transitions import MOVES, STATUS_OF_PHASE, TERMINAL, Phase, ProvisionalFin
 
 __all__ = ["CONTIGUOUS_SOURCES", "Message", "ToolCall"]
 
-# Seq sources numbered without gaps (design.md "Sequence numbers"); a skipped number is loss.
+# Seq sources numbered without gaps (a proxy's n, the provider's own number, the position); a
+# skipped number there is loss. A numeric block id may skip.
 CONTIGUOUS_SOURCES = frozenset({"proxy", "provider", "position"})
 
 
 class Message:
-    """The state of one streamed assistant message; see design.md "Dialects and messages"."""
+    """The state of one streamed assistant message: status, finish reason (normalized and raw),
+    text, reasoning, tool calls, usage, the error that ended it, ``last_seq`` and the trace."""
 
     def __init__(
         self,
@@ -72,7 +74,8 @@ class Message:
         self.warnings: list[TraceWarning] = []
         self.trace = Trace(enabled=trace, raw_budget=raw_budget, warnings=self.warnings)
         self.trace._message = weakref.ref(self)
-        # Set by whoever fixes the seq source (the receiver, from the first frame).
+        # How frames are numbered, set by whoever fixes it (the receiver, from the first frame);
+        # held here only, since the gap check needs it.
         self.seq_source = seq_source
         # Gemini and the Responses API have no end marker: no warning for its absence.
         self.expect_end_marker = expect_end_marker

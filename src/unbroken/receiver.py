@@ -1,22 +1,24 @@
-"""``StreamReceiver``: the sans-I/O pipeline bytes -> frames -> events -> ``Message``.
+"""``StreamReceiver``: the sans-I/O pipeline bytes -> frames -> events -> ``Message``; and
+``parse``, which feeds it a whole body (or a capture's reads) and returns the closed message.
 
 The client, the proxy and ``parse()`` all feed bytes here and act on the ``Frame`` values that come
 back: the proxy journals and forwards ``frame.sse`` (its raw bytes), the client yields
 ``frame.events`` and resets its idle timer on ``frame.is_content``.
 
 Per frame: the dialect parses the payload once, the frame gets its seq (the seq source is fixed by
-the first frame, design.md "Sequence numbers"), the dialect turns it into events, and the message
+the first frame: an unbroken proxy's ``<stream_id>:<n>`` id, else the provider's own number, else
+a numeric block id, else the frame's position), the dialect turns it into events, and the message
 commits them whole or not at all. A decoding error, an oversized event or a malformed payload ends
 the message ``failed`` with that error; frames completed before it are committed first. After
 that, or after EOF, the receiver takes no more data (``LocalProtocolError``).
 
-Apart, in their own modules: recognising an unbroken proxy's unnumbered notice
-(``proxy_notice``) and the evidence an unterminated tail leaves at EOF (``tail_evidence``).
+Apart, in its own module: recognising an unbroken proxy's unnumbered notice (``proxy_notice``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 
 from .dialects import detect_dialect, get_dialect
@@ -39,11 +41,10 @@ from .events import (
 from .framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from .message import Message
 from .proxy_notice import is_gemini_notice, proxy_notice
-from .tail_evidence import keep_last_line, note_unterminated_tail
 from .trace import DEFAULT_RAW_BUDGET, ERROR
 
 __all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "OUTPUT_EVENTS", "Frame",
-           "StreamReceiver"]
+           "StreamReceiver", "parse"]
 
 DEFAULT_STALL_SECONDS = 10.0
 
@@ -130,14 +131,12 @@ class StreamReceiver:
         # The Unbroken-Stream-Id of the response, when the caller saw one: an unbroken proxy
         # numbers every SSE frame it journals, so an unnumbered error frame is its notice.
         self.proxy_stream: str | None = None
-        self.seq_source: SeqSourceName | None = None
         self.finished = False
         self._max_event_size = max_event_size
         self._last_event_id = last_event_id
         self._stall = stall_seconds
         self._decoder: SSEDecoder | NDJSONDecoder | None = None
         self._head = bytearray()  # leading whitespace while the body's shape is unknown
-        self._ndjson_tail: list[bytes] = []  # bytes after the last LF (NDJSON), for the evidence
         self._frames_seen = 0
         self._offset = 0  # where the next frame starts in this connection's body
         self._last_seq = -1  # the last seq assigned
@@ -147,6 +146,12 @@ class StreamReceiver:
             self._configure_message()
             if dialect != "gemini":  # Gemini's body must be looked at first: JSON array or SSE
                 self._decoder = self._new_decoder(self.dialect.framing)
+
+    @property
+    def seq_source(self) -> str | None:
+        """How this stream's frames are numbered (fixed by the first frame); held by the
+        message, whose gap check needs it too."""
+        return self.message.seq_source
 
     # -- input --------------------------------------------------------------------------------
 
@@ -160,8 +165,6 @@ class StreamReceiver:
                 return []
             data = bytes(self._head)
             self._head = bytearray()
-        if decoder.__class__ is NDJSONDecoder:
-            self._ndjson_tail = keep_last_line(self._ndjson_tail, data)
         # Where this read's first frame starts: event-less blocks (keep-alives) in earlier reads
         # are counted; one before a frame of this same read is not (the decoder drops it).
         self._offset = decoder.bytes_dispatched
@@ -185,15 +188,13 @@ class StreamReceiver:
         self._offset = decoder.bytes_dispatched
         try:
             found: list[Any] = decoder.receive_eof()
-            tail = decoder.unterminated
         except (DecodingError, PayloadError) as err:
-            # Only NDJSON raises here: its last line had no LF and does not parse, so the body
-            # was cut inside it. That is a missing end, not a malformed stream.
+            # NDJSON raises here when its last line had no LF and does not parse: the body was
+            # cut inside it. That is a missing end, not a malformed stream.
             found = err.events
-            tail = b"".join(self._ndjson_tail).strip(_WHITESPACE)
         frames = self._frames(found, t)
         if not self.finished:
-            note_unterminated_tail(self.message, tail)
+            _note_unterminated_tail(self.message, decoder.unterminated)
             self.finished = True
             self.message.close()
         return frames
@@ -215,18 +216,27 @@ class StreamReceiver:
         message = self.message
         if message.closed:
             message.resume()  # LocalProtocolError unless interrupted
-        other = StreamReceiver.__new__(StreamReceiver)
-        other.__dict__.update(self.__dict__)
-        other.finished = False
-        other._last_event_id = self._last_event_id if last_event_id is None else last_event_id
-        other._decoder = None
-        other._head = bytearray()
-        other._ndjson_tail = []
+        other = StreamReceiver(
+            self.dialect_name,
+            max_event_size=self._max_event_size,
+            last_event_id=self._last_event_id if last_event_id is None else last_event_id,
+            stall_seconds=self._stall,
+            message=message,
+            framing=self.framing,
+        )
+        # What the stream taught the first connection: its dialect (if it was detected), its id
+        # and numbering, how many frames came and when the last did (for a stall across the gap).
+        if other.dialect is None and self.dialect is not None:
+            other.dialect = self.dialect
+            other._decoder = other._new_decoder(self.dialect.framing)
+        other.stream_id = self.stream_id
+        other.proxy_stream = self.proxy_stream
+        other._frames_seen = self._frames_seen
+        other._last_seq = self._last_seq
+        other._last_t = self._last_t
         # Positions are only valid for a replay from the start, unless the server says where it
         # resumes.
         other._position = 0 if position_after is None else position_after
-        if other.dialect is not None and other.dialect_name != "gemini":
-            other._decoder = other._new_decoder(other.dialect.framing)
         return other
 
     # -- frames -------------------------------------------------------------------------------
@@ -302,7 +312,7 @@ class StreamReceiver:
             source = "block_id"
         else:
             source = "position"
-        self.seq_source = self.message.seq_source = source
+        self.message.seq_source = source
         if source == "position":
             self._position += 1
             return self._position
@@ -385,6 +395,63 @@ class StreamReceiver:
     def _fail(self, err: StreamError) -> None:
         self.finished = True
         self.message.close(err)
+
+
+def _note_unterminated_tail(message: Message, tail: bytes) -> None:
+    """Evidence about a body that ended inside a frame (the decoder's ``unterminated``): warn
+    about a non-empty tail, and about half a UTF-8 character at its very end."""
+    if not tail:
+        return
+    message.warn(
+        "unterminated_tail", f"{len(tail)} bytes after the last complete frame: {tail[:80]!r}"
+    )
+    try:
+        tail.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        if bad.end == len(tail) and bad.reason == "unexpected end of data":
+            message.warn(
+                "truncated_utf8",
+                f"the body ended inside a UTF-8 character ({len(tail) - bad.start} of its "
+                "bytes arrived)",
+            )
+
+
+def parse(
+    chunks: Iterable[bytes | tuple[float, bytes]] | bytes,
+    dialect: str = "auto",
+    trace: bool = True,
+    *,
+    max_event_size: int = DEFAULT_MAX_EVENT_SIZE,
+    stall_seconds: float = DEFAULT_STALL_SECONDS,
+    raw_budget: int = DEFAULT_RAW_BUDGET,
+) -> Message:
+    """Feed ``chunks`` (bytes, or ``(seconds, bytes)`` pairs from a capture) and EOF.
+
+    Never raises for bad input: a decoding error, an oversized event or a malformed payload ends
+    the message ``failed`` with the error in ``message.error``; what was committed before it is
+    kept. Bytes after such an error are not read. (An unknown dialect name is a ``ValueError``:
+    that is a mistake in the call, not in the input.)
+    """
+    if isinstance(chunks, bytes | bytearray | memoryview):
+        chunks = [bytes(chunks)]  # one body, not an iterable of ints
+    receiver = StreamReceiver(
+        dialect,
+        trace=trace,
+        max_event_size=max_event_size,
+        stall_seconds=stall_seconds,
+        raw_budget=raw_budget,
+    )
+    t = 0.0
+    for chunk in chunks:
+        if isinstance(chunk, tuple):
+            t, data = chunk
+        else:
+            data = chunk
+        receiver.receive_data(data, t)
+        if receiver.finished:
+            return receiver.message
+    receiver.receive_eof(t)
+    return receiver.message
 
 
 # Dialects whose protocol has no end marker after the finish reason.

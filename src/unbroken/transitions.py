@@ -10,7 +10,7 @@ decide it: after a finish reason the stream may still carry usage and the end ma
 ``FINISHED`` waits for the close, and ``DECIDED`` means "closed; the ``Finish`` event's status is
 the status". ``STATUS_OF_PHASE`` maps every other phase to the status a caller sees.
 
-Rules the table encodes (design.md, "Dialects and messages"):
+Rules the table encodes:
 
 - a finish reason decides the end state, with or without the end marker, even when the body
   later breaks or the caller stops reading;

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.chunkings import SSE_PATHS, sse_paths, sse_state, tr
+from tests.chunkings import SSE_PATHS, sse_decoder, sse_paths, sse_state, tr
 
 from unbroken import SSEDecoder
 
@@ -62,7 +62,7 @@ def test_whatwg_case(case: dict[str, Any], path: str) -> None:
     data = case_input(case)
 
     def make() -> SSEDecoder:
-        return SSEDecoder(
+        return sse_decoder(
             errors=case.get("errors", "strict"),
             last_event_id=case.get("initial_last_event_id", ""),
         )

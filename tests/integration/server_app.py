@@ -6,10 +6,10 @@ every kind, in a thread (``build_app``) or as a process (``python -m tests.integ
 answers ``{"stream_id", "token", "created"}`` (409/429/503 with the refusal); ``GET
 /s/{id}/events?owner=O`` is ``streams.response``; ``GET /s/{id}`` and ``POST /s/{id}/cancel``;
 ``GET /runs`` counts the sources this process started and closed; ``streams.app`` is mounted at
-``/streams`` (owner: the ``x-owner`` header). Kinds: ``str``, ``dict``, ``sse``, ``events``
-(normalized events ending with a ``Finish`` of ``truncated``/``length``), ``astream`` and
-``sdk`` (a tracked OpenAI chat stream from the mock at ``$UNBROKEN_TEST_MOCK``), ``raise``,
-``never``, ``unsupported``.
+``/streams`` and ``/v1/streams`` (owner: the ``x-owner`` header). Kinds: ``str``, ``dict``,
+``sse``, ``events`` (normalized events ending with a ``Finish`` of ``truncated``/``length``),
+``astream`` and ``sdk`` (a tracked OpenAI chat stream from the mock at ``$UNBROKEN_TEST_MOCK``),
+``raise``, ``never``, ``unsupported``.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ def build_app(store: str, **options: Any) -> tuple[Starlette, ResumableStreams]:
         Route("/runs", runs, methods=["GET"]),
         Route("/healthz", lambda request: JSONResponse({"ok": True}), methods=["GET"]),
         Mount("/streams", app=streams.app),
+        Mount("/v1/streams", app=streams.app),  # where unbroken.js looks for streams
     ], lifespan=lifespan)
     return app, streams
 

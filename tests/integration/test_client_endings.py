@@ -331,7 +331,7 @@ CALLER = textwrap.dedent(
         print("interrupted", type(err.__cause__).__name__, len(err.message.text))
     try:
         with unbroken.stream("POST", "http://127.0.0.1:9/", dialect="openai-chat",
-                             retry=unbroken.Retry(attempts=1)) as s:
+                             retry=unbroken.Retry(attempts=1, budget=None)) as s:
             for _event in s:
                 pass
     except unbroken.StreamError as err:

@@ -137,7 +137,7 @@ async def test_a_retry_after_too_long_to_wait_for_is_not_waited_for(
 async def test_one_attempt_means_no_retry(mock: str, driver: str) -> None:
     run = await run_stream(
         driver, LAYOUTS["gemini"].url(mock), dialect="gemini",
-        scenario=f"tokens={T}; status=500; status_times=1", retry=Retry(attempts=1),
+        scenario=f"tokens={T}; status=500; status_times=1", retry=Retry(attempts=1, budget=None),
     )
     assert isinstance(run.error, UpstreamStatusError)
     assert run.error.status == 500
@@ -285,7 +285,7 @@ async def test_no_first_event_in_time_is_retried_then_raised(
     # delta a retryable failure is retried); the deadline is raised when attempts run out.
     run = await run_stream(
         driver, LAYOUTS["openai-chat"].url(mock), dialect="openai-chat", scenario=scenario,
-        first_event_timeout=0.5, retry=Retry(attempts=2, backoff=0.01),
+        first_event_timeout=0.5, retry=Retry(attempts=2, backoff=0.01, budget=None),
     )
     assert isinstance(run.error, FirstEventTimeout)
     assert run.error.seconds == 0.5

@@ -48,7 +48,7 @@ __all__ = [
 DIALECTS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
 SSE_DIALECTS = DIALECTS[:4]
 DRIVERS = ("sync", "async")
-FAST_RETRY = Retry(attempts=3, backoff=0.01, max_backoff=0.05)
+FAST_RETRY = Retry(attempts=3, backoff=0.01, max_backoff=0.05, budget=None)
 
 
 @dataclass(frozen=True, slots=True)

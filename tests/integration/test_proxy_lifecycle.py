@@ -320,11 +320,13 @@ def test_unbroken_reads_a_failing_journals_notice_as_a_cut(mock_server: str, dia
     with serve_in_thread(app) as proxy:
         # unbroken's own client takes the unnumbered error frame for what it is, the end of
         # this response and not of the stream: the three frames stay, interrupted (not
-        # failed), and its resume meets the broken journal's 503 (then its 3 retries). A
-        # Gemini POST carries no ids at all: there the notice's ErrorInfo says whose it is.
+        # failed), and its resume meets the broken journal's 503 (then its 3 retries, no
+        # time budget). A Gemini POST carries no ids at all: there the notice's ErrorInfo
+        # says whose it is.
         with pytest.raises(unbroken.Interrupted), unbroken.stream(
             "POST", proxy + call.path, json=call.body, dialect=dialect,
             headers=call.headers("seed=1; tokens=10; delay_ms=20"),
+            retry=unbroken.Retry(budget=None),
         ) as stream:
             for _event in stream:
                 pass

@@ -12,7 +12,6 @@ twice, producer leases of 2 s renewed every 0.5 s).
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -57,8 +56,8 @@ __all__ = ["replicas"]  # the fixture of test_proxy_replicas.py, used here by na
 pytestmark = pytest.mark.integration
 
 CHANGED = "unbroken proxy: this Idempotency-Key was used with a different request"
-LEASE_EXPIRED = ("unbroken proxy: the proxy producing this stream stopped (its lease expired) "
-                 "before the stream finished")
+LEASE_EXPIRED = ("unbroken proxy: the proxy producing this stream stopped (its process is gone "
+                 "or its lease expired) before the stream finished")
 BACKGROUND = {"model": "m", "stream": True, "input": "hi", "background": True}
 
 
@@ -266,24 +265,17 @@ def test_an_owner_resume_on_b_before_a_dead_lease_ran_out_does_not_end_silently(
         stream_id = response.headers["unbroken-stream-id"]
         head = FrameReader(response, "openai-responses").take(taken)
         a.kill()
-    # At once: A renewed its lease at most 0.5 s ago, so it runs for 1.5 s more.
+    # At once: A renewed its lease at most 0.5 s ago, so it runs for 1.5 s more; but A ran on
+    # this host and its process is gone (journal/holder.py), so B settles the stream at once,
+    # continuable, and this owner's resume re-attaches it upstream: the rest, no silent end.
     resume = {"Last-Event-ID": f"{stream_id}:{taken}"}
     resumed = httpx2.post(b.base_url + call.path, json=BACKGROUND, timeout=TIMEOUT,
                           headers=call.headers(scenario) | resume)
     assert resumed.status_code == 200
     rest = frames_of("openai-responses", resumed.content)
-    # B followed until its recovery settled the stream continuable, then said so: the error
-    # frame a reader of a continuable stream gets (no id; an SDK raises, it does not end quietly).
-    assert [(frame.event, frame.block_id) for frame in rest] == [("error", None)]
-    assert json.loads(rest[0].data)["code"] == "proxy_restarted"
-    # The owner's next resume (what unbroken's client does by itself) re-attaches it upstream.
-    again = httpx2.post(b.base_url + call.path, json=BACKGROUND, timeout=TIMEOUT,
-                        headers=call.headers(scenario) | resume)
-    assert again.status_code == 200
-    rest = frames_of("openai-responses", again.content)
     assert [frame.block_id for frame in rest] == ids(stream_id, taken + 1, total)
     joined = message_of("openai-responses", b"".join(frame.raw for frame in head),
-                        again.content)
+                        resumed.content)
     assert (joined.text, joined.status) == (reply_text(seed, tokens), Status.COMPLETED)
 
 

@@ -1,5 +1,6 @@
 """A real headless Chromium on ``examples/chat_app.py``: the page asks, reloads mid-answer, and
-after the reload reads the whole answer to its end, with the answer's true status.
+after the reload reads the whole answer to its end, with the answer's true status. And
+``unbroken.js`` (served by ``streams.app``) reads an app stream to its end and stops another.
 
 The test page is served by the example app's own origin (beside its routes), so the cookie
 that names the user, the POST and the ``EventSource`` are exactly the example's. Needs the
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx2
 import pytest
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -90,3 +92,64 @@ def test_an_answer_survives_a_reload_in_a_real_browser(
     assert seen["text"] == reply_text(0, 120)
     stream_id = seen["ids"][0].rpartition(":")[0]
     assert seen["ids"] == [f"{stream_id}:{seq}" for seq in range(1, len(seen["ids"]) + 1)]
+
+
+JS_PAGE = """<!doctype html>
+<meta charset="utf-8"><title>unbroken.js on app streams</title>
+<script type="module">
+import { attach } from "/v1/streams/unbroken.js";
+
+async function report(body) {
+  await fetch("/test-report", {method: "POST", body: JSON.stringify(body)});
+}
+async function startOne(query) {
+  return (await fetch(`/start?owner=alice&${query}`, {method: "POST"})).json();
+}
+try {
+  const a = await startOne("kind=str&n=20&interval=0.02");
+  const first = attach("", a.stream_id, {token: a.token});
+  await first.done;
+  const b = await startOne("kind=str&n=3000&interval=0.02");
+  const second = attach("", b.stream_id, {token: b.token});
+  await new Promise((resolve) => second.addEventListener("change", () => {
+    if (second.text.length > 20) resolve();
+  }));
+  await second.stop();
+  await report({first: {state: first.state.name, text: first.text, lastSeq: first.lastSeq},
+                second: {state: second.state.name, id: b.stream_id}});
+} catch (error) {
+  await report({error: String(error)});
+}
+</script>
+"""
+
+
+def test_unbroken_js_reads_and_stops_app_streams(
+        chromium: str, tmp_path: Path, mock_server: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.integration.server_app import build_app
+
+    monkeypatch.setenv("UNBROKEN_TEST_MOCK", mock_server)
+    reports: queue.Queue[dict[str, Any]] = queue.Queue()
+    app, _streams = build_app("memory://", keepalive=0.5)
+
+    async def page(request: Request) -> Response:
+        reports.put({"fetched": 0.0})
+        return HTMLResponse(JS_PAGE)
+
+    async def collect(request: Request) -> Response:
+        reports.put(json.loads(await request.body()))
+        return Response(status_code=204)
+
+    app.add_route("/js-page", page, methods=["GET"])
+    app.add_route("/test-report", collect, methods=["POST"])
+    with serve_in_thread(app) as url:
+        seen = browser_test.browse(chromium, url + "/js-page", reports, tmp_path / "profile")
+        assert "error" not in seen, seen
+        second = httpx2.get(f"{url}/streams/{seen['second']['id']}",
+                            headers={"x-owner": "alice"}, timeout=10).json()
+    assert seen["first"] == {"state": "completed",
+                             "text": "".join(f"t{i}\r\n✓ " for i in range(1, 21)),
+                             "lastSeq": 20}
+    assert seen["second"]["state"] == "cancelled"
+    assert second["status"] == "cancelled"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.chunkings import SSE_PATHS, Outcome, run, sse_paths, sse_state
+from tests.chunkings import SSE_PATHS, Outcome, run, sse_decoder, sse_paths, sse_state
 
 from unbroken import (
     DecodingError,
@@ -218,7 +218,7 @@ def check_sse(data: st.DataObject, body: bytes, paths: str) -> None:
     limit = data.draw(st.sampled_from([16 * 2**20, 64, 24]), label="max_event_size")
 
     def make() -> SSEDecoder:
-        return SSEDecoder(errors=errors, max_event_size=limit)  # type: ignore[arg-type]
+        return sse_decoder(errors=errors, max_event_size=limit)  # type: ignore[arg-type]
 
     expected = reference_sse(body, errors, limit)
     with sse_paths(paths):

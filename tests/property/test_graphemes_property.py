@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from unbroken.graphemes import GraphemeBuffer, cluster_starts
+from unbroken.client.graphemes import GraphemeBuffer, cluster_starts
 
 # Pieces that build multi-code-point clusters, and a spread of single code points.
 PARTS = ["\u200d", "\ufe0f", "\u20e3", "\u0301", "🏿", "🏽", "🇨", "🇳", "🇯", "🇵", "🧑", "💻",

@@ -14,9 +14,7 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.chunkings import SSE_PATHS, exact, run, sse_paths, sse_stream_state
-
-from unbroken import SSEDecoder
+from tests.chunkings import SSE_PATHS, exact, run, sse_decoder, sse_paths, sse_stream_state
 
 BOM = b"\xef\xbb\xbf"
 SETTINGS = settings(
@@ -76,9 +74,9 @@ def test_raws_put_together_are_the_body_in_any_reads(
     body, blocks = data.draw(body_of(EOLS[style]), label="body")
     stream = body.removeprefix(BOM)
     with sse_paths(path):
-        whole = run(SSEDecoder, [body], sse_stream_state)
-        bytewise = run(SSEDecoder, [body[i : i + 1] for i in range(len(body))], sse_stream_state)
-        chunked = run(SSEDecoder, data.draw(reads(body), label="reads"), sse_stream_state)
+        whole = run(sse_decoder, [body], sse_stream_state)
+        bytewise = run(sse_decoder, [body[i : i + 1] for i in range(len(body))], sse_stream_state)
+        chunked = run(sse_decoder, data.draw(reads(body), label="reads"), sse_stream_state)
     assert whole.error is None
     for other in (bytewise, chunked):
         assert exact(other.frames) == exact(whole.frames)

@@ -1,9 +1,11 @@
-"""Streams of ``event:`` + ``data:`` blocks, lone ``data:`` blocks and other shapes, in any reads.
+"""The accelerator's contract: it gives exactly what the field reader gives, or declines.
 
-Whatever the reads, SSEDecoder's hot paths must give exactly what the general path alone gives
-for the whole body (``sse_paths("general")``): the same events field by field (``raw`` too), the
-same error and the same stream state, ``bytes_received`` included. The shapes are drawn so that
-most blocks are the ones the hot paths take, with the near misses they must leave alone.
+Streams of ``event:`` + ``data:`` blocks, lone ``data:`` blocks and other shapes, in any reads:
+SSEDecoder with its accelerator must give exactly what it gives without (``sse_paths("general")``)
+for the whole body: the same events field by field (``raw`` too), the same error and the same
+stream state, ``bytes_received`` included. And ``read_shaped`` alone, on complete blocks, returns
+None or the field reader's events. The shapes are drawn so that most blocks are the ones the
+accelerator takes, with the near misses it must leave alone.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.chunkings import Outcome, exact, run, sse_paths, sse_state, sse_stream_state
+from tests.chunkings import Outcome, exact, run, sse_decoder, sse_paths, sse_state, sse_stream_state
 
 from unbroken import SSEDecoder
+from unbroken.framing.sse_fast import read_shaped
 
 SETTINGS = settings(
     max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
@@ -91,15 +94,36 @@ def test_any_reads_give_what_the_general_path_gives_for_the_whole_body(
     last_id = data.draw(st.sampled_from(["", "0"]), label="last_event_id")
 
     def make() -> SSEDecoder:
-        return SSEDecoder(errors=errors, max_event_size=limit, last_event_id=last_id)  # type: ignore[arg-type]
+        return sse_decoder(errors=errors, max_event_size=limit, last_event_id=last_id)  # type: ignore[arg-type]
 
     chunks = data.draw(reads(body), label="reads")
     with sse_paths("general"):
         general_whole = run(make, [body], sse_state)
         general_chunks = run(make, chunks, sse_stream_state)
-    for path in ("usual", "named first"):
+    for path in ("usual", "in place"):
         with sse_paths(path):
             assert exactly(run(make, [body], sse_state)) == exactly(general_whole)
             # bytes_received stops at a stream error, so it is compared read for read.
             assert exactly(run(make, chunks, sse_stream_state)) == exactly(general_chunks)
             assert exactly(run(make, chunks, sse_state)) == exactly(general_whole)
+
+
+@SETTINGS
+@given(data=st.data(), body=stream())
+def test_read_shaped_declines_or_gives_what_the_field_reader_gives(
+    data: st.DataObject, body: bytes
+) -> None:
+    errors = data.draw(st.sampled_from(["strict", "replace"]), label="errors")
+    # Its input: complete blocks, up to a block end (a CR in the body means CR LF line ends).
+    cr = b"\r" in body
+    end = body.rfind(b"\r\n\r\n" if cr else b"\n\n") + (4 if cr else 2)
+    if end < 4:
+        return
+    decode = bytes.decode if errors == "strict" else lambda raw: raw.decode("utf-8", "replace")
+    shaped = read_shaped(body, end, 0, cr, "7", decode)
+    if shaped is None:
+        return
+    with sse_paths("general"):
+        decoder = sse_decoder(errors=errors, last_event_id="7")  # type: ignore[arg-type]
+        expected = decoder.receive_data(body[:end])
+    assert (exact(shaped[0]), shaped[1]) == (exact(expected), end)

@@ -153,7 +153,7 @@ def test_no_retry_that_would_end_after_the_total_deadline() -> None:
 
 
 def test_attempts_count_failures_in_a_row_without_progress() -> None:
-    s = session(resume="sse", retry=Retry(attempts=2, backoff=0.0))
+    s = session(resume="sse", retry=Retry(attempts=2, backoff=0.0, budget=None))
     s.next_request(0.0)
     s.on_response(200, SSE)
     assert texts(s.receive(chunk("a", id="1") + chunk("b", id="2"), 0.1)) == "ab"
@@ -179,6 +179,51 @@ def test_attempts_count_failures_in_a_row_without_progress() -> None:
         s.finish(raise_on_error=True)
     assert caught.value.message is s.message
     assert isinstance(caught.value.__cause__, TransportError)
+
+
+def test_the_default_budget_keeps_resuming_through_a_restart() -> None:
+    # A proxy restarting for 9 s: every connection is refused. Retry() (3 attempts, budget
+    # 15 s) goes on past its third failure, each pause capped and jittered, and the resume
+    # after the restart continues the stream.
+    s = session(resume="sse", retry=Retry(backoff=0.5, max_backoff=2.0))
+    s.next_request(0.0)
+    s.on_response(200, SSE)
+    assert texts(s.receive(chunk("a", id="1"), 0.1)) == "a"
+    now, failures = 1.0, 0
+    delay = broken(s, now)
+    while now < 10.0:
+        assert delay is not None and 0.0 < delay <= 2.0
+        now += delay
+        failures += 1
+        assert s.next_request(now).headers["Last-Event-ID"] == "1"
+        if now >= 10.0:
+            break
+        delay = s.on_failure(TransportError("connection refused"), now)
+    assert failures >= 5  # more than `attempts`, fewer than a fast loop would make
+    s.on_response(200, SSE)
+    assert texts(s.receive(chunk("b", id="2"), now + 0.1)) == "b"
+    assert s.message.text == "ab"
+
+
+@pytest.mark.parametrize("budget", [15.0, 4.0])
+def test_the_budget_is_spent_then_the_stream_is_interrupted(budget: float) -> None:
+    s = session(resume="sse", retry=Retry(backoff=1.0, max_backoff=8.0, budget=budget))
+    s.next_request(0.0)
+    s.on_response(200, SSE)
+    assert texts(s.receive(chunk("a", id="1"), 0.1)) == "a"
+    now = 1.0
+    delay = broken(s, now)  # the first failure: the budget starts here
+    attempts = 1
+    while delay is not None:
+        assert attempts < 50
+        now += delay
+        s.next_request(now)
+        attempts += 1
+        delay = s.on_failure(TransportError("connection refused"), now)
+    # The last attempt is made as the budget ends (its pause shortened), not after it.
+    assert now == pytest.approx(1.0 + budget)
+    assert s.message.status is Status.INTERRUPTED
+    assert s.message.text == "a"
 
 
 def test_without_identity_a_stream_that_showed_text_is_never_replayed() -> None:
@@ -382,7 +427,7 @@ def test_cancel_ends_the_message_and_the_capture(tmp_path: Path) -> None:
 
 
 def test_finish_raises_interrupted_that_is_also_the_deadline() -> None:
-    s = session(deadlines=Deadlines(first_event=1.0), retry=Retry(attempts=1))
+    s = session(deadlines=Deadlines(first_event=1.0), retry=Retry(attempts=1, budget=None))
     s.next_request(0.0)
     s.on_response(200, SSE)
     with pytest.raises(FirstEventTimeout) as caught:

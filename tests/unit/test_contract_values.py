@@ -88,3 +88,17 @@ def test_other_causes_give_a_plain_interrupted() -> None:
         error = interrupted_by(cause, "ended early", message=None)
         assert type(error) is Interrupted
     assert not isinstance(interrupted_by(None, "x", message=None), StreamTimeout)
+
+
+def test_except_the_cause_catches_the_interrupted_it_made() -> None:
+    class SlowUpstream(IdleTimeout):
+        pass
+
+    cause = SlowUpstream("nothing for 5 s", seconds=5.0)
+    with pytest.raises(IdleTimeout) as caught:
+        raise interrupted_by(cause, "ended early", message="partial")
+    error = caught.value
+    # A subclass of a cause made elsewhere gets its nearest listed base's class.
+    assert type(error).__name__ == "Interrupted[IdleTimeout]"
+    assert isinstance(error, Interrupted)
+    assert (error.seconds, error.message) == (5.0, "partial")

@@ -16,3 +16,11 @@ def test_all_matches_public_members() -> None:
 
 def test_version_is_a_string() -> None:
     assert unbroken.__version__ == "0.1.0"
+
+
+def test_resuming_transport_names_load_on_first_use() -> None:
+    from unbroken.client import resuming
+
+    assert unbroken.http_client is resuming.http_client
+    assert unbroken.async_http_client is resuming.async_http_client
+    assert unbroken.ResumingTransport is resuming.ResumingTransport

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from unbroken.graphemes import GraphemeBuffer, cluster_starts
+from unbroken.client.graphemes import GraphemeBuffer, cluster_starts
 
 
 def pieces(deltas: list[str]) -> list[str]:

@@ -37,10 +37,8 @@ OPTIONAL = [
     "unbroken.jsonparse",
     "unbroken.message",
     "unbroken.normalized_sse",
-    "unbroken.parsing",
     "unbroken.proxy_notice",
     "unbroken.receiver",
-    "unbroken.tail_evidence",
     "unbroken.trace",
     "unbroken.transitions",
 ]
@@ -215,3 +213,63 @@ def test_the_source_scan_sees_relative_and_nested_imports() -> None:
         "unbroken.client.stream",
         "time",
     ]
+
+
+# -- the I/O layers among themselves --------------------------------------------------------------
+
+# The layers of unbroken, bottom to top (the diagram of the design): a layer imports only layers
+# below it, and the core ("" here: every top-level module, framing/ and dialects/) imports none.
+LAYER_ORDER = ["", "client", "mock", "streams", "server", "proxy", "cli"]
+# Narrower than the order: the mock is a stand-in upstream and needs only the core; the SDK
+# wrappers sit on the client.
+ALLOWED = {
+    "mock": {""},
+    "sdk": {"", "client"},
+}
+
+
+def layer_of(module: str) -> str:
+    """The layer a module of unbroken belongs to ("" for the core)."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in {*LAYER_ORDER, "sdk"}:
+        return parts[1]
+    return ""
+
+
+def allowed_layers(layer: str) -> set[str]:
+    if layer in ALLOWED:
+        return ALLOWED[layer]
+    below = set(LAYER_ORDER[: LAYER_ORDER.index(layer) + 1])
+    # The SDK wrappers sit on the client, beside it: what may use the client may use them.
+    return below | {"sdk"} if layer != "client" else below
+
+
+def layer_violations(layer: str) -> list[str]:
+    allowed = allowed_layers(layer) | {layer}
+    found = []
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+        for name in imported_names(path.read_text(encoding="utf-8"), package):
+            if name.split(".")[0] == "unbroken" and layer_of(name) not in allowed:
+                found.append(f"{path.relative_to(PACKAGE)}: {name}")
+    return found
+
+
+@pytest.mark.parametrize("layer", [*LAYER_ORDER[1:], "sdk"])
+def test_each_io_layer_imports_only_the_layers_below_it(layer: str) -> None:
+    if not (PACKAGE / layer).is_dir():
+        pytest.skip(f"unbroken/{layer}/ has not landed")
+    assert layer_violations(layer) == []
+
+
+def test_the_layer_rules() -> None:
+    assert allowed_layers("client") == {"", "client"}
+    assert allowed_layers("mock") == {""}  # never the client, the proxy or the engine
+    assert allowed_layers("sdk") == {"", "client"}  # never the proxy or the mock
+    assert "proxy" not in allowed_layers("server")
+    assert "server" not in allowed_layers("streams")
+    assert allowed_layers("proxy") == {"", "client", "sdk", "mock", "streams", "server", "proxy"}
+    assert "sdk" in allowed_layers("server")  # a tracked provider stream as a source
+    assert layer_of("unbroken.resumption") == layer_of("unbroken.framing.sse") == ""
+    assert layer_of("unbroken.sdk.openai") == "sdk"
+    assert layer_of("unbroken.streams.journal") == "streams"

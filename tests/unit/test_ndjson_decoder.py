@@ -160,3 +160,18 @@ def test_misuse_after_eof() -> None:
 def test_constructor_rejects_a_non_positive_limit() -> None:
     with pytest.raises(ValueError, match="max_event_size must be positive"):
         NDJSONDecoder(max_event_size=0)
+
+
+def test_a_final_line_cut_inside_its_value_is_the_unterminated_tail(backend: str) -> None:
+    out = tr(NDJSONDecoder, b'{"a":1}\n {"b": "\xe4\xbd', ndjson_state)
+    assert out.frames == (JSONLine({"a": 1}, 1, 8, b'{"a":1}\n'),)
+    assert out.error_type in (PayloadError, DecodingError)
+    assert out.state == (8 + 10, b"{\"b\": \"\xe4\xbd")
+
+
+def test_a_final_line_that_parses_leaves_no_unterminated_tail(backend: str) -> None:
+    decoder = NDJSONDecoder()
+    assert decoder.receive_data(b'{"a":1}\n{"b":2}') == [JSONLine({"a": 1}, 1, 8, b'{"a":1}\n')]
+    assert decoder.unterminated == b""
+    assert decoder.receive_eof() == [JSONLine({"b": 2}, 2, 7, b'{"b":2}')]
+    assert decoder.unterminated == b""

@@ -12,7 +12,7 @@ from tests.unit.test_parse_bodies import DONE, chat, chat_body, chunkings, sse
 from unbroken.errors import DecodingError, ProviderError
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message, ToolCall
-from unbroken.parsing import parse
+from unbroken.receiver import parse
 
 Outcome = tuple[Status, FinishReason | None, str | None, str, int]
 

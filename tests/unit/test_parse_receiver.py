@@ -27,8 +27,7 @@ from unbroken.errors import (
 from unbroken.events import Ping, StreamEnd, TextDelta, Usage
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message
-from unbroken.parsing import parse
-from unbroken.receiver import Frame, StreamReceiver
+from unbroken.receiver import Frame, StreamReceiver, parse
 
 
 def codes(message: Message) -> list[str]:

@@ -122,3 +122,21 @@ def test_retention_expired_and_purged_streams() -> None:
                                          params=token)).status_code == 404
 
     asyncio.run(run())
+
+
+def test_start_refuses_bad_arguments_before_journaling_anything() -> None:
+    async def run() -> None:
+        streams = ResumableStreams("memory://")
+        with pytest.raises(StreamRefusedError) as closed:
+            await streams.start(_many(1), owner="o")  # not opened yet
+        assert closed.value.status == 503
+        async with streams:
+            with pytest.raises(TypeError, match="not list"):
+                await streams.start(["a", "b"], owner="o")
+            for bad in ("", "a:b", "a/b", "x" * 129, "é"):
+                with pytest.raises(ValueError, match="stream_id must match"):
+                    await streams.start(_many(1), owner="o", stream_id=bad)
+            page = await streams.journal.list_streams()
+            assert list(page.streams) == []
+
+    asyncio.run(run())

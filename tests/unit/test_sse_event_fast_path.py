@@ -1,9 +1,10 @@
-"""SSEDecoder's hot path for ``event: NAME`` + ``data: VALUE`` blocks, and what it leaves alone.
+"""SSEDecoder's hot path (the accelerator) for ``event: NAME`` + ``data: VALUE`` blocks and lone
+``data:`` blocks, and what it leaves alone.
 
 Every body runs through ``tr`` (whole, byte by byte, split at every point) on every route
-(``SSE_PATHS``: as shipped, named-event path first, general path only, ...), and the outcome is
-asserted field by field, ``raw`` included (``exact``). ``general_reads`` records the reads the
-general path decoded, to show which shapes the hot path takes and which it leaves to it.
+(``SSE_PATHS``: as shipped, without the accelerator, without it and reading in place), and the
+outcome is asserted field by field, ``raw`` included (``exact``). ``general_reads`` records the
+regions the field reader (the general path) read, to show which shapes the hot path takes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
-from tests.chunkings import SSE_PATHS, exact, run, sse_paths, sse_state, sse_stream_state, tr
+from tests.chunkings import (
+    SSE_PATHS,
+    exact,
+    run,
+    sse_decoder,
+    sse_paths,
+    sse_state,
+    sse_stream_state,
+    tr,
+)
 
 from unbroken import DecodingError, EventTooLargeError, ServerSentEvent, SSEDecoder
 
@@ -24,23 +34,26 @@ def ev(event: str, data: str, raw: bytes, id: str = "", block_id: str | None = N
 
 @contextlib.contextmanager
 def general_reads() -> Iterator[list[bytes]]:
-    """The reads ``SSEDecoder`` hands to its general path while the block runs."""
+    """The regions of complete blocks ``SSEDecoder`` hands to its field reader while the block
+    runs (what the accelerator left to it)."""
     reads: list[bytes] = []
-    general = SSEDecoder._receive
+    general = SSEDecoder._blocks
 
-    def receive(self: SSEDecoder, data: bytes) -> list[ServerSentEvent]:
-        reads.append(bytes(data))
-        return general(self, data)
+    def blocks(
+        self: SSEDecoder, region: bytes, size: int, at_end: bool, events: list[ServerSentEvent]
+    ) -> int:
+        reads.append(region[:size])
+        return general(self, region, size, at_end, events)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(SSEDecoder, "_receive", receive)
+        patch.setattr(SSEDecoder, "_blocks", blocks)
         yield reads
 
 
 def whole(body: bytes, **options: object) -> tuple[list[tuple], list[bytes]]:  # type: ignore[type-arg]
     """Events of ``body`` fed in one read, and the reads the general path took."""
     with general_reads() as reads:
-        decoder = SSEDecoder(**options)  # type: ignore[arg-type]
+        decoder = sse_decoder(**options)  # type: ignore[arg-type]
         events = decoder.receive_data(body)
     return exact(events), reads
 
@@ -73,7 +86,7 @@ ANTHROPIC_EVENTS = [
 @pytest.mark.parametrize("path", SSE_PATHS)
 def test_named_blocks_lf(path: str) -> None:
     with sse_paths(path):
-        out = tr(SSEDecoder, ANTHROPIC, sse_stream_state)
+        out = tr(sse_decoder, ANTHROPIC, sse_stream_state)
     assert exact(out.frames) == ANTHROPIC_EVENTS
     assert [event.nbytes for event in out.frames] == [53, 96, 36]
     assert out.error is None
@@ -95,7 +108,7 @@ CRLF_EVENTS = [
 @pytest.mark.parametrize("path", SSE_PATHS)
 def test_named_blocks_crlf(path: str) -> None:
     with sse_paths(path):
-        out = tr(SSEDecoder, CRLF, sse_stream_state)
+        out = tr(sse_decoder, CRLF, sse_stream_state)
     assert exact(out.frames) == CRLF_EVENTS
     assert [event.nbytes for event in out.frames] == [21, 24, 20]
     assert sum(event.nbytes for event in out.frames) == len(CRLF) == 65
@@ -106,7 +119,7 @@ def test_named_blocks_crlf_take_the_hot_path() -> None:
     assert whole(CRLF) == (CRLF_EVENTS, [])
     # A read that ends at the CR of a blank line holds its block; the next read starts with
     # its LF, and dispatches it with the blocks it completes, on the hot path.
-    decoder = SSEDecoder()
+    decoder = sse_decoder()
     with general_reads() as reads:
         assert decoder.receive_data(b"event: a\r\ndata: x\r\n\r") == []
         events = decoder.receive_data(b"\nevent: bb\r\ndata: y y\r\n\r\nevent: c\r\nda")
@@ -152,7 +165,7 @@ MIXED_CRLF_EVENTS = [
 )
 def test_named_and_lone_data_blocks_mixed(body: bytes, events: list[tuple], path: str) -> None:  # type: ignore[type-arg]
     with sse_paths(path):
-        out = tr(SSEDecoder, body, sse_stream_state)
+        out = tr(sse_decoder, body, sse_stream_state)
     assert exact(out.frames) == events
     assert out.state == ("", None, b"", len(body))
     assert sum(event.nbytes for event in out.frames) == len(body)
@@ -160,28 +173,26 @@ def test_named_and_lone_data_blocks_mixed(body: bytes, events: list[tuple], path
 
 
 @pytest.mark.parametrize(
-    ("body", "events", "named_first"),
-    [
-        (MIXED_LF, MIXED_LF_EVENTS, ev("e", "3", b"event: e\ndata: 3\n\n")),
-        (MIXED_CRLF, MIXED_CRLF_EVENTS, ev("e", "3", b"event: e\r\ndata: 3\r\n\r\n")),
-    ],
+    ("body", "events"),
+    [(MIXED_LF, MIXED_LF_EVENTS), (MIXED_CRLF, MIXED_CRLF_EVENTS)],
     ids=["LF", "CRLF"],
 )
-def test_mixes_take_the_hot_path_whichever_shape_comes_first(
+def test_a_region_of_one_shape_takes_the_hot_path_and_a_mix_does_not(
     body: bytes,
     events: list[tuple],  # type: ignore[type-arg]
-    named_first: tuple,  # type: ignore[type-arg]
 ) -> None:
-    assert whole(body) == (events, [])
-    rest = body[body.index(b"event: e") :]
-    assert whole(rest) == ([named_first, *events[3:]], [])
+    # The accelerator reads regions whose blocks all have one shape; a mix is the field reader's.
+    assert whole(body) == (events, [body])
+    blocks = [event[6] for event in events]
+    assert whole(b"".join(blocks[:2])) == (events[:2], [])  # lone "data:" blocks
+    assert whole(b"".join(blocks[4:6])) == (events[4:6], [])  # "event:" + "data:" blocks
 
 
 def test_the_last_event_id_persists_into_named_blocks() -> None:
     body = b"id: 42\ndata: x\n\nevent: e\ndata: y\n\nevent: e\ndata: z\n\n"
     for path in SSE_PATHS:
         with sse_paths(path):
-            out = tr(lambda: SSEDecoder(last_event_id="7"), body, sse_stream_state)
+            out = tr(lambda: sse_decoder(last_event_id="7"), body, sse_stream_state)
         assert exact(out.frames) == [
             ev("message", "x", b"id: 42\ndata: x\n\n", id="42", block_id="42"),
             ev("e", "y", b"event: e\ndata: y\n\n", id="42"),
@@ -202,14 +213,14 @@ def test_a_name_keeps_all_but_the_first_space_and_any_other_byte() -> None:
     assert whole(body) == (expected, [])
     for path in SSE_PATHS:
         with sse_paths(path):
-            assert exact(tr(SSEDecoder, body).frames) == expected
+            assert exact(tr(sse_decoder, body).frames) == expected
 
 
 def test_unterminated_named_block_at_eof() -> None:
     body = b"event: a\ndata: x\n\nevent: b\ndata: y\n"
     for path in SSE_PATHS:
         with sse_paths(path):
-            out = tr(SSEDecoder, body, sse_stream_state)
+            out = tr(sse_decoder, body, sse_stream_state)
         assert exact(out.frames) == [ev("a", "x", b"event: a\ndata: x\n\n")]
         assert out.state == ("", None, b"event: b\ndata: y\n", len(body))
 
@@ -281,7 +292,7 @@ FALLBACKS = {
 def test_other_shapes_decode_as_the_general_path_does(name: str, path: str) -> None:
     body, expected = FALLBACKS[name]
     with sse_paths(path):
-        out = tr(lambda: SSEDecoder(errors="replace"), body, sse_stream_state)
+        out = tr(lambda: sse_decoder(errors="replace"), body, sse_stream_state)
     assert exact(out.frames) == expected
     assert out.error is None
     assert out.state == ("5" if name == "id line" else "", None, b"", len(body))
@@ -301,7 +312,7 @@ def test_replace_mode_named_blocks_take_the_hot_path() -> None:
     assert whole(body, errors="replace") == (expected, [])
     for path in SSE_PATHS:
         with sse_paths(path):
-            assert exact(tr(lambda: SSEDecoder(errors="replace"), body).frames) == expected
+            assert exact(tr(lambda: sse_decoder(errors="replace"), body).frames) == expected
 
 
 # Stream errors: the bytes received differ by chunking (input stops at the error), so these
@@ -312,7 +323,7 @@ def test_invalid_utf8_in_a_name_is_the_general_paths_error() -> None:
     body = b"event: a\ndata: 1\n\nevent: b\xff\ndata: 2\n\nevent: c\ndata: 3\n\n"
     for path in SSE_PATHS:
         with sse_paths(path):
-            out = tr(SSEDecoder, body, sse_state)
+            out = tr(sse_decoder, body, sse_state)
         assert out.state == ("", None, b"")
         assert (out.error_type, out.error_field("offset")) == (DecodingError, 18 + 8)
         assert exact(out.frames) == [ev("a", "1", b"event: a\ndata: 1\n\n")]
@@ -322,7 +333,7 @@ def test_invalid_utf8_in_a_value_is_the_general_paths_error() -> None:
     body = b"event: a\ndata: 1\n\nevent: b\ndata: 2\xe4\xb8\n\ndata: 3\n\n"
     for path in SSE_PATHS:
         with sse_paths(path):
-            out = tr(SSEDecoder, body, sse_state)
+            out = tr(sse_decoder, body, sse_state)
         assert out.state == ("", None, b"")
         assert (out.error_type, out.error_field("offset")) == (DecodingError, 18 + 16)
         assert exact(out.frames) == [ev("a", "1", b"event: a\ndata: 1\n\n")]
@@ -332,7 +343,7 @@ def test_an_oversized_named_block_is_refused() -> None:
     body = b"event: a\ndata: 1\n\nevent: b\ndata: " + b"x" * 20 + b"\n\nevent: c\ndata: 3\n\n"
     for path in SSE_PATHS:
         with sse_paths(path):
-            out = tr(lambda: SSEDecoder(max_event_size=30), body, sse_state)
+            out = tr(lambda: sse_decoder(max_event_size=30), body, sse_state)
         assert out.error_type is EventTooLargeError
         assert (out.error_field("offset"), out.error_field("limit")) == (18, 30)
         assert exact(out.frames) == [ev("a", "1", b"event: a\ndata: 1\n\n")]
@@ -345,7 +356,7 @@ def test_every_route_agrees_on_a_long_stream_in_reads_of_every_size() -> None:
         with sse_paths(path):
             for size in (1, 2, 7, 33, 64, 100, len(body)):
                 reads = [body[i : i + size] for i in range(0, len(body), size)]
-                out = run(SSEDecoder, reads, sse_stream_state)
+                out = run(sse_decoder, reads, sse_stream_state)
                 outcomes.add((tuple(exact(out.frames)), out.error, out.state))
     assert len(outcomes) == 1
     frames, error, state = outcomes.pop()

@@ -19,11 +19,16 @@ from typing import Any
 import pytest
 
 import unbroken.framing.sse
-import unbroken.framing.sse_blocks
+import unbroken.framing.sse_fast
+import unbroken.framing.sse_fields
 from unbroken import EventTooLargeError, LocalProtocolError, ServerSentEvent, SSEDecoder
 
 MiB = 2**20
-_SSE_SOURCES = {unbroken.framing.sse.__file__, unbroken.framing.sse_blocks.__file__}
+_SSE_SOURCES = {
+    unbroken.framing.sse.__file__,
+    unbroken.framing.sse_fast.__file__,
+    unbroken.framing.sse_fields.__file__,
+}
 
 
 def scanned(decoder: SSEDecoder, reads: Iterable[bytes]) -> tuple[int, list[ServerSentEvent]]:

@@ -86,7 +86,7 @@ def run(arguments: argparse.Namespace) -> int:
     try:
         with (
             stream(method, arguments.url, dialect=arguments.dialect, content=body,
-                   headers=headers, retry=Retry(attempts=1), resume="none",
+                   headers=headers, retry=Retry(attempts=1, budget=None), resume="none",
                    idle_timeout=arguments.idle_timeout,
                    first_event_timeout=arguments.first_event_timeout, raise_on_error=False,
                    capture=arguments.output) as s,

@@ -165,8 +165,8 @@ def _scene(
     live: Live | None,
 ) -> SceneResult:
     from ..client import Retry, stream
+    from ..client.graphemes import GraphemeBuffer
     from ..events import TextDelta
-    from ..graphemes import GraphemeBuffer
 
     log: list[str] = []
     transport: httpx2.BaseTransport = (

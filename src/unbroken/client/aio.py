@@ -56,7 +56,7 @@ class AsyncStream:
         texts = self._texts()
         if not graphemes:
             return texts
-        from ..graphemes import whole_clusters_async  # regex: loaded only by those who ask
+        from .graphemes import whole_clusters_async  # regex: loaded only by those who ask
 
         return whole_clusters_async(texts, StreamError)
 

@@ -1,6 +1,6 @@
 """Captures: every network read of a stream, with its time, as JSON Lines.
 
-Format (design.md "Evidence")::
+Format::
 
     {"unbroken_capture": 1, "method": ..., "url": ..., "dialect": ..., "started": <unix time>}
     {"connection": n, "kind": "first"|"retry"|"resume", "status": ..., "headers": {...}}

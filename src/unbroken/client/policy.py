@@ -41,28 +41,49 @@ RESUME_MODES: tuple[ResumeMode, ...] = ("auto", "sse", "openai-background", "non
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Retry:
-    """Retry policy: up to ``attempts`` connections in a row without progress.
+    """Retry policy: ``attempts`` connections in a row without progress, and more while the
+    failures in a row began less than ``budget`` seconds ago.
 
     The delay before attempt n (n = 1 for the first retry) is the server's word when it gave one
     (``Retry-After``, or the SSE ``retry:`` field), else ``backoff * 2**(n-1)`` capped at
-    ``max_backoff``, with full jitter on its upper half.
+    ``max_backoff``, with full jitter on its upper half; a pause past the budget is shortened
+    to make the last attempt as the budget ends. The budget spans a proxy restart or a load
+    balancer's failover (seconds), for SSE and NDJSON alike, where ``attempts`` alone spends
+    about 1.5 s; the deadlines still apply (``total`` ends the retries, ``first_event`` and
+    ``idle`` each connection). ``budget=None`` (or 0): ``attempts`` only, so
+    ``Retry(attempts=1, budget=None)`` makes one attempt.
     """
 
     attempts: int = 3
     backoff: float = 0.5
     max_backoff: float = 8.0
+    budget: float | None = 15.0
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError("Retry.attempts must be at least 1")
         if self.backoff < 0 or self.max_backoff < 0:
             raise ValueError("Retry.backoff and Retry.max_backoff must not be negative")
+        if self.budget is not None and not 0 <= self.budget < math.inf:
+            raise ValueError("Retry.budget must be a finite number of seconds >= 0, or None")
 
     def delay(self, n: int, *, server_says: float | None = None, rng: random.Random) -> float:
         if server_says is not None:
             return max(server_says, 0.0)
         ceiling = min(self.max_backoff, self.backoff * 2 ** max(n - 1, 0))
         return float(ceiling / 2 + rng.random() * ceiling / 2)
+
+    def next_delay(self, n: int, failing_for: float, *, server_says: float | None = None,
+                   rng: random.Random) -> float | None:
+        """The pause before attempt n + 1 after n failures in a row, the first of them
+        ``failing_for`` seconds ago; ``None`` when the policy is spent."""
+        delay = self.delay(n, server_says=server_says, rng=rng)
+        if n < self.attempts:
+            return delay
+        left = (self.budget or 0.0) - failing_for
+        if left <= 0:
+            return None
+        return min(delay, left)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -93,6 +93,7 @@ class StreamSession:
         self.receiver = StreamReceiver(dialect, trace=trace)
         self.connections = 0
         self.failures = 0  # attempts in a row that made no progress
+        self._failing_since: float | None = None  # when the failures in a row began
         self.done = False
         self._rng = rng or random.Random()
         self._kind: ConnectionKind = "first"
@@ -242,7 +243,21 @@ class StreamSession:
         # Progress is content shown on this connection; frames of a failed fresh attempt are not.
         progressed = self._visible and message.last_seq > self._seq_at_connect
         self.failures = 0 if progressed else self.failures + 1
-        if message.finish is not None or not is_retryable(error) or not self._can_continue():
+        if progressed or self._failing_since is None:
+            self._failing_since = now
+        if message.finish is not None or not is_retryable(error):
+            self._give_up(error)
+            return None
+        server = self._server_delay
+        self._server_delay = None
+        if server is None and self._reconnection_ms is not None:
+            server = self._reconnection_ms / 1000
+        delay = self.retry.next_delay(max(self.failures, 1), now - self._failing_since,
+                                      server_says=server, rng=self._rng)
+        if delay is None or delay > LONGEST_SERVER_DELAY or (
+            self.deadlines.total is not None
+            and now + delay - self.started >= self.deadlines.total
+        ):
             self._give_up(error)
             return None
         # A resume continues the same generation, so it is preferred even before anything was
@@ -256,17 +271,6 @@ class StreamSession:
             self._stream_id = self._background_id = None
             self._times.last_content = None  # a new generation: its first event is awaited again
         else:
-            self._give_up(error)
-            return None
-        server = self._server_delay
-        self._server_delay = None
-        if server is None and self._reconnection_ms is not None:
-            server = self._reconnection_ms / 1000
-        delay = self.retry.delay(max(self.failures, 1), server_says=server, rng=self._rng)
-        if delay > LONGEST_SERVER_DELAY or (
-            self.deadlines.total is not None
-            and now + delay - self.started >= self.deadlines.total
-        ):
             self._give_up(error)
             return None
         return delay
@@ -316,9 +320,6 @@ class StreamSession:
             message.error = error
             message.warn("error", f"{type(error).__name__}: {error}")
         self.done = True
-
-    def _can_continue(self) -> bool:
-        return self.failures < self.retry.attempts
 
     def _resume_target(self) -> str | None:
         """How this stream can be resumed, or None: never replay a generation after a delta."""

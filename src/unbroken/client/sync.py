@@ -59,12 +59,12 @@ class Stream:
     def iter_text(self, *, graphemes: bool = False) -> Iterator[str]:
         """The text deltas, as they come. ``graphemes=True`` cuts only between whole
         user-perceived characters: a cluster a delta split (🧑🏿‍💻, 1️⃣, a flag) comes out whole,
-        the last one once text after it or the end shows it complete (``unbroken.graphemes``).
+        the last one once text after it or the end shows it complete (``client.graphemes``).
         A held cluster still comes out before the stream's error is raised."""
         texts = (event.text for event in self if event.__class__ is TextDelta)
         if not graphemes:
             return texts
-        from ..graphemes import whole_clusters  # regex: loaded only by those who ask
+        from .graphemes import whole_clusters  # regex: loaded only by those who ask
 
         return whole_clusters(texts, StreamError)
 

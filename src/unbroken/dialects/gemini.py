@@ -71,8 +71,8 @@ FINISH_REASONS: Final[Mapping[str, tuple[Status, FinishReason]]] = {
     "MALFORMED_FUNCTION_CALL": (Status.FAILED, FinishReason.ERROR),
     "UNEXPECTED_TOOL_CALL": (Status.FAILED, FinishReason.ERROR),
     "TOO_MANY_TOOL_CALLS": (Status.FAILED, FinishReason.ERROR),
-    # design.md: everything else is completed / other, raw kept. Listed so the choice is
-    # visible; the later reasons below are not in design.md's table yet.
+    # Every other reason is completed / other, the raw one kept. Listed so the choice is
+    # visible, the later reasons below included.
     "FINISH_REASON_UNSPECIFIED": (Status.COMPLETED, FinishReason.OTHER),
     "OTHER": (Status.COMPLETED, FinishReason.OTHER),
     "LANGUAGE": (Status.COMPLETED, FinishReason.OTHER),

@@ -64,6 +64,7 @@ class NDJSONDecoder:
         self._scan = 0
         self._lineno = 0
         self._state = "open"
+        self._unterminated = b""
 
     @property
     def bytes_received(self) -> int:
@@ -76,8 +77,9 @@ class NDJSONDecoder:
 
     @property
     def unterminated(self) -> bytes:
-        """Always empty: a final line without LF is still a value (evidence is in the trace)."""
-        return b""
+        """A final line without LF that did not parse at EOF (the body was cut inside it), without
+        surrounding whitespace. Empty otherwise: a final line that parses is a value."""
+        return self._unterminated
 
     def receive_data(self, data: bytes) -> list[JSONLine]:
         if self._state != "open":
@@ -125,7 +127,10 @@ class NDJSONDecoder:
             self._lineno += 1
             body = raw.strip(_BLANK)
             if body:
+                if raw[-1] != 0x0A:  # the last line, without its LF: evidence until it parses
+                    self._unterminated = body
                 lines.append(JSONLine(self._load(raw, body, start), self._lineno, len(raw), raw))
+                self._unterminated = b""
             start = self._scan = stop
             if stop == len(buf):
                 break

@@ -88,6 +88,8 @@ def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
                         help="close idle downstream keep-alive connections after (default 75s)")
     parser.add_argument("--shutdown-grace", type=_duration, default=5.0, metavar="SECONDS",
                         help="on SIGTERM, time live streams get to finish (default 5s)")
+    parser.add_argument("--keepalive", type=_duration, default=15.0, metavar="SECONDS",
+                        help="a keep-alive this long after a stream's last frame (default 15s)")
     parser.add_argument("--lease-ttl", type=_duration, default=15.0, metavar="SECONDS",
                         help="a producer lease lasts this long unless renewed (default 15s)")
     parser.add_argument("--lease-renew", type=_duration, default=5.0, metavar="SECONDS",
@@ -121,6 +123,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_streams_per_key=args.max_streams_per_key,
         idle_close=args.idle_close,
         shutdown_grace=args.shutdown_grace,
+        keepalive=args.keepalive,
         lease_ttl=args.lease_ttl,
         lease_renew=args.lease_renew,
         cors_origins=tuple(args.cors_origins),

@@ -141,24 +141,27 @@ class ProxyApp:
             await self.journal.close()
 
     async def _sweep_forever(self) -> None:
-        """With a journal shared by replicas, settle the streams of a replica that died while
-        no reader watched them (readers settle theirs at once); one lease period apart."""
-        if not self.journal.follows_other_processes:
-            return
+        """Settle the streams of a producer that died while no reader watched them (readers
+        settle theirs at once): a replica sharing the journal (one lease period apart), a
+        sibling worker on the same SQLite file, or a producer of this process that lost its
+        journal (one renewal period apart)."""
+        shared = self.journal.follows_other_processes
         while True:
-            await asyncio.sleep(self.config.lease_ttl)
+            await asyncio.sleep(self.config.lease_ttl if shared else self.config.lease_renew)
             try:
                 await self.recovery.sweep()
-            except Exception:
-                log.exception("recovery sweep failed")
+            except Exception as error:  # the journal is away: the next round looks again
+                log_event("recovery.sweep_failed", level=logging.WARNING,
+                          error=type(error).__name__, detail=str(error))
 
     async def _expire_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.expire_every)
             try:
                 gone = await self.journal.expire(time.time() - self.config.retention)
-            except Exception:
-                log.exception("journal expiry failed")
+            except Exception as error:  # the journal is away: one line, the next round tries
+                log_event("journal.expiry_failed", level=logging.WARNING,
+                          error=type(error).__name__, detail=str(error))
                 continue
             if gone:
                 log.info("expired %d stream(s)", gone)
@@ -253,7 +256,7 @@ class ProxyApp:
             return not_found()
         if not may_read(record.meta, request.headers, request.query_params):
             return not_found()
-        record = await self._settled(stream_id, with_text=False, wait=True, known=record) or record
+        record = await self._settled(stream_id, with_text=False, known=record) or record
         if self._expired(record):
             return Response(status_code=204) if eventsource else not_found()
         after = events_cursor(stream_id, request.headers, request.query_params)
@@ -283,7 +286,8 @@ class ProxyApp:
         if record.state.ended and after >= record.state.last_seq and not reattachable(record):
             return Response(status_code=204)  # nothing more will come: an EventSource stops
         return stream_response(self.journal, stream_id, after, downstream,
-                               keepalive=self.config.keepalive)
+                               keepalive=self.config.keepalive,
+                               settle=await self.recovery.waiter(record))
 
     # -- forwarding ---------------------------------------------------------------------------
 
@@ -322,7 +326,7 @@ class ProxyApp:
                 error_body(endpoint.dialect, 404, f"unbroken proxy: no stream {stream_id}"),
                 status_code=404,
             )
-        record = await self._settled(stream_id, with_text=False, wait=True, known=record) or record
+        record = await self._settled(stream_id, with_text=False, known=record) or record
         refused = await self.launcher.reattach(record, request)
         if refused is not None:
             return self.launcher.refuse(refused, endpoint.dialect)
@@ -334,7 +338,7 @@ class ProxyApp:
                                     accept=request.headers.get("accept", ""))
         return stream_response(
             self.journal, stream_id, after, downstream, keepalive=self.config.keepalive,
-            headers=list(record.meta.response_headers),
+            headers=list(record.meta.response_headers), settle=await self.recovery.waiter(record),
         )
 
     async def _pass_through(self, request: Request, endpoint: Endpoint,

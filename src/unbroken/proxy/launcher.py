@@ -3,8 +3,8 @@
 It holds the live producers and everything that decides whether one may start: the draining
 flag (SIGTERM), the stream slots (429 per credential, 503 in all), the Idempotency-Key of a
 create (attach to the stream the key made, or 422), and the lease each producer takes. It starts
-a new stream (one upstream request, a journaled stream, its producer), re-attaches a Responses
-background stream for its owner, and drains on shutdown.
+a new stream (a journaled stream, write-ahead, then one upstream request and its producer),
+re-attaches a Responses background stream for its owner, and drains on shutdown.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import replace
 
 import httpx2
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..dialects import get_dialect
 from ..dialects.openai_chat import with_usage_requested
 from ..finish import Status
 from ..streams.access import credential_hash, new_stream_id, new_stream_token, secret_hash
@@ -41,7 +43,6 @@ __all__ = ["Launcher", "expired"]
 _CLAIM_POLL_S = 0.05  # how often a request waits on a key another replica is creating
 _CLAIM_MARGIN_S = 1.0  # past a claim's lifetime: it expired or was taken by then
 _REATTACH_CLAIM = "reattach:"  # + stream id: the journal's claim on continuing it upstream
-log = logging.getLogger("unbroken.proxy")
 
 
 def expired(journal: Journal, record: StreamRecord, retention: float) -> bool:
@@ -179,8 +180,9 @@ class Launcher:
             await asyncio.sleep(self.config.lease_renew)
             try:
                 await self.journal.claim_idempotent(key, self._claimer, self.config.lease_ttl)
-            except Exception:
-                log.exception("renewing an idempotency claim failed")
+            except Exception as error:  # the journal is away: one line, the next round tries
+                log_event("idempotency.renew_failed", level=logging.WARNING,
+                          error=type(error).__name__, detail=str(error))
 
     async def _attach(self, record: StreamRecord, asked: str, endpoint: Endpoint,
                       request: Request) -> Response:
@@ -190,8 +192,11 @@ class Launcher:
                                     "different request"), endpoint.dialect)
         self.metrics.idempotent_attaches += 1
         stream_id = record.meta.stream_id
-        # A journal that follows other replicas needs no lease wait (its readers see it end).
-        await self.recovery.settle(stream_id, wait=not self.journal.follows_other_processes)
+        # Settled at once if its producer is gone; one that may live in another process is
+        # waited for inside the response (its head and keep-alives go out meanwhile). A
+        # journal that follows other replicas needs neither (its readers see it end).
+        record = await self.recovery.settle(stream_id) or record
+        settle = await self.recovery.waiter(record)
         log_event("stream.attach", stream_id=stream_id, reason="idempotency_key")
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=False, retry_ms=self.config.retry_ms,
@@ -199,6 +204,7 @@ class Launcher:
         return stream_response(
             self.journal, stream_id, 0, downstream, keepalive=self.config.keepalive,
             headers=[*record.meta.response_headers, ("idempotent-replayed", "true")],
+            settle=settle,
         )
 
     async def _create(
@@ -223,6 +229,26 @@ class Launcher:
         producer: Producer | None = None
         try:
             client = self._client()
+            # Write-ahead: the stream is journaled (pending) before its request leaves, so a
+            # crash while the provider thinks (the whole time to first byte) leaves a record
+            # that recovery ends, the listing shows and the Idempotency-Key finds, instead of
+            # a generation that may be billed and that nothing can find.
+            now = time.time()
+            token = new_stream_token()
+            meta = StreamMeta(
+                stream_id=new_stream_id(),
+                dialect=endpoint.dialect,
+                created=now,
+                media_type=get_dialect(endpoint.dialect).media_type,  # until the answer
+                token_hash=secret_hash(token),
+                credential_hash=credential,
+                request_path=request.url.path,
+                idempotency_hash=None if idempotency is None else idempotency[0],
+                request_hash=None if idempotency is None else idempotency[1],
+                background=upstream.background,
+            )
+            tail = await self.journal.create(
+                meta, StreamState(status=Status.PENDING, updated=now), self.leases.lease())
             requested = time.monotonic()  # time to first chunk and to the end count from here
             sent = time.perf_counter()
             try:
@@ -233,7 +259,11 @@ class Launcher:
                 )
             except httpx2.HTTPError as exc:
                 self.metrics.upstream_errors["unreachable"] += 1
+                await self.journal.discard(meta.stream_id)
                 return upstream_unreachable(endpoint, exc), None
+            except BaseException:
+                await asyncio.shield(self.journal.discard(meta.stream_id))
+                raise
             latency = time.perf_counter() - sent
             self.metrics.upstream_seconds.observe(latency)
             content_type = response.headers.get("content-type", "")
@@ -242,31 +272,22 @@ class Launcher:
                     self.metrics.upstream_errors["status"] += 1
                 log_event("upstream.answer", level=logging.WARNING, path=request.url.path,
                           status=response.status_code, upstream_ms=round(latency * 1000, 3))
+                try:
+                    await self.journal.discard(meta.stream_id)
+                except BaseException:
+                    await response.aclose()
+                    raise
                 return relay(response), None
-            now = time.time()
-            token = new_stream_token()
             forwarded = response_headers(response.headers.multi_items(), reencoded=True)
-            meta = StreamMeta(
-                stream_id=new_stream_id(),
-                dialect=endpoint.dialect,
-                created=now,
-                media_type=content_type,
-                token_hash=secret_hash(token),
-                credential_hash=credential,
-                request_path=request.url.path,
-                response_headers=tuple(
-                    (name, value) for name, value in forwarded
-                    if name.lower() not in ("set-cookie", "content-type")
-                ),
-                idempotency_hash=None if idempotency is None else idempotency[0],
-                request_hash=None if idempotency is None else idempotency[1],
-                background=upstream.background,
-            )
+            meta = replace(meta, media_type=content_type, response_headers=tuple(
+                (name, value) for name, value in forwarded
+                if name.lower() not in ("set-cookie", "content-type")
+            ))
             try:
-                tail = await self.journal.create(
-                    meta, StreamState(status=Status.PENDING, updated=now), self.leases.lease())
+                await self.journal.answered(meta)
             except BaseException:
                 await response.aclose()
+                self.journal.release(meta.stream_id)
                 raise
             producer = Producer(journal=self.journal, client=client, config=self.config,
                                 meta=meta, tail=tail, request=upstream, response=response,

@@ -4,7 +4,9 @@
 A provider stream gets the dialect's error frame last, so the official SDKs raise, except a
 Responses background stream with a known response id: it stays continuable, and is re-attached
 upstream (``starting_after``) when its owner next resumes it, since only that request carries
-the owner's credential again. Its readers meanwhile get an error frame on the wire only. An app
+the owner's credential again. Its readers meanwhile get an error frame on the wire only. A
+stream still ``pending`` (journaled before its upstream request left, write-ahead) says the
+provider had not answered and that the generation may have run and been billed. An app
 stream of ``unbroken.server`` in the same journal gets its own ``end`` frame.
 """
 
@@ -40,8 +42,12 @@ def recovered_end(record: StreamRecord) -> tuple[dict[str, Any], FrameRecord | N
     app_end = app_recovered_end(record)
     if app_end is not None:
         return app_end
-    message = ("unbroken proxy: the proxy producing this stream stopped (its lease "
-               "expired) before the stream finished")
+    if record.state.status is Status.PENDING:  # journaled before its request left
+        message = ("unbroken proxy: the proxy stopped before the provider answered this "
+                   "stream's request; the generation may have run and been billed")
+    else:
+        message = ("unbroken proxy: the proxy producing this stream stopped (its process is "
+                   "gone or its lease expired) before the stream finished")
     error = {"type": REATTACHABLE, "message": message}
     interrupted = replace(record.state, status=Status.INTERRUPTED, error=error)
     if reattachable(replace(record, state=interrupted)):

@@ -33,6 +33,7 @@ from ..streams.journal import FrameRecord, Journal, LiveTail, StreamMeta, Stream
 from ..streams.logs import log_event
 from ..streams.stream_outcome import closing_error, error_fields, usage_fields
 from .config import ProxyConfig
+from .journal_failures import JOURNAL_ERRORS
 from .metrics import ProxyMetrics
 from .wire import error_frame
 
@@ -169,8 +170,16 @@ class Producer:
             reason = self._stop_reason or "shutdown"
             await self._end(TransportError(f"proxy {reason}") if reason != "cancelled" else None,
                             cancelled=reason == "cancelled")
-        except Exception:
-            log.exception("stream %s: producer failed", self.stream_id)
+        except Exception as error:
+            if self._commit_error is not None or isinstance(error, JOURNAL_ERRORS):
+                # The journal failed (what a later commit says then, a refused seq, follows
+                # from it): its readers get the notice, the sweep settles the stream later.
+                first = self._commit_error or error
+                log_event("stream.journal_failed", level=logging.WARNING,
+                          stream_id=self.stream_id, seq=self.seq, error=type(first).__name__,
+                          detail=str(first))
+            else:
+                log.exception("stream %s: producer failed", self.stream_id)
         finally:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
@@ -398,7 +407,7 @@ class Producer:
                 return last
             self._key = key
         # The message's view, not its Finish alone: an error event in the stream is finish
-        # reason ``error`` with the provider's error type as the raw one (design.md).
+        # reason ``error`` with the provider's error type as the raw one.
         reason = message.finish_reason
         state = StreamState(
             status=message.status if final else Status.STREAMING,

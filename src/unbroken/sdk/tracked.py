@@ -181,7 +181,7 @@ class TrackedStream(Generic[T]):
         ``unbroken.Stream.iter_text`` does; a held one comes out before the SDK's error."""
         if not graphemes:
             return self._texts()
-        from ..graphemes import whole_clusters  # regex: loaded only by those who ask
+        from ..client.graphemes import whole_clusters  # regex: loaded only by those who ask
 
         return whole_clusters(self._texts())
 
@@ -259,7 +259,7 @@ class AsyncTrackedStream(Generic[T]):
         """The text the stream's objects carry (see ``TrackedStream.iter_text``)."""
         if not graphemes:
             return self._texts()
-        from ..graphemes import whole_clusters_async  # regex: loaded only by those who ask
+        from ..client.graphemes import whole_clusters_async  # regex: loaded only by those who ask
 
         return whole_clusters_async(self._texts())
 

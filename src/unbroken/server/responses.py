@@ -10,10 +10,13 @@ status       when
              all), then the live tail, keep-alive comments while it is idle, and last the
              ``end`` frame; a response that stops before the stream ended (a journal that
              cannot follow another process's stream, a journal failure) ends with an
-             ``event: incomplete`` frame without an id instead, and the client reconnects
+             ``event: incomplete`` frame without an id instead, and the client reconnects.
+             ``?format=unbroken`` (or ``Accept: text/event-stream; profile=unbroken``): the
+             normalized format that ``unbroken.js`` reads (``normalized.py``)
 204          the stream ended and the client has every frame, or it expired and this is its
              owner's ``EventSource`` (``Accept: text/event-stream``): stop reconnecting
-400          ``Last-Event-ID`` or ``?after=`` is malformed or names another stream
+400          ``Last-Event-ID`` or ``?after=`` is malformed or names another stream, or
+             ``?format=`` is neither ``unbroken`` nor ``provider``
 404          no such stream for this owner or token (unknown, expired, not theirs)
 503          the journal is unavailable (``Retry-After: 1``); nothing is served as complete
 ===========  ===================================================================================
@@ -32,12 +35,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from ..normalized_sse import MEDIA_TYPE, asks_for_normalized
 from ..streams.access import TOKEN_HEADER, TOKEN_PARAM, events_cursor
 from ..streams.app_stream import END_EVENT
 from ..streams.journal.failures import JOURNAL_ERRORS
 from ..streams.logs import log_event
 from .access import may_read
 from .frames import KEEPALIVE, sse_bytes
+from .normalized import normalized_body
 
 if TYPE_CHECKING:
     from .resumable import ResumableStreams
@@ -103,7 +108,12 @@ class _StreamResponse(Response):
 
     async def _answer(self) -> Response:
         streams, stream_id, request, who = self._streams, self._stream_id, self._request, self._who
-        eventsource = "text/event-stream" in request.headers.get("accept", "")
+        accept = request.headers.get("accept", "")
+        eventsource = "text/event-stream" in accept
+        try:
+            normalized = asks_for_normalized(request.query_params.get("format"), accept)
+        except ValueError as exc:
+            return error_response(400, "invalid_request_error", str(exc))
         token = request_token(request)
         record = await streams.journal.get(stream_id, with_text=False)
         if record is None:
@@ -122,9 +132,13 @@ class _StreamResponse(Response):
             return error_response(400, "invalid_request_error",
                                   "Last-Event-ID must be <stream_id>:<seq> of this stream "
                                   "and ?after= a whole number")
+        headers = {**_SSE_HEADERS, "unbroken-stream-id": stream_id}
+        if normalized:  # even after the last frame: the reader gets the end alone
+            return StreamingResponse(
+                normalized_body(streams.journal, stream_id, after, streams.settings.keepalive),
+                media_type=MEDIA_TYPE, headers=headers)
         if record.state.ended and after >= record.state.last_seq:
             return Response(status_code=204)  # nothing more will come: an EventSource stops
-        headers = {**_SSE_HEADERS, "unbroken-stream-id": stream_id}
         return StreamingResponse(_body(streams, stream_id, after),
                                  media_type="text/event-stream", headers=headers)
 

@@ -173,10 +173,14 @@ class ResumableStreams:
         at once. With an ``idempotency_key`` (per owner) or a ``stream_id`` that a stream
         already has, attaches to that stream instead (``created`` false; ``source`` is closed
         unread). ``StreamRefusedError``: over a limit, not open, the journal down, or a
-        ``stream_id`` another owner has (409)."""
+        ``stream_id`` another owner has (409); ``TypeError`` for a source that is not async
+        iterable, ``ValueError`` for a malformed ``stream_id``."""
         if not self._open:
             raise StreamRefusedError("unbroken.server: the streams are not open (use "
                                      "lifespan= or async with)", status=503)
+        if not hasattr(source, "__aiter__") and not hasattr(source, "__aenter__"):
+            raise TypeError(f"unbroken.server: a source is an async iterable (or an async "
+                            f"context manager giving one), not {type(source).__qualname__}")
         if stream_id is not None and not _STREAM_ID.fullmatch(stream_id):
             raise ValueError(f"stream_id must match {_STREAM_ID.pattern}, not {stream_id!r}")
         who = owner_hash(owner)

@@ -6,6 +6,8 @@
 ``GET  /{id}``             how the stream stands (``ResumableStreams.get``)
 ``GET  /{id}/events``      the stream as SSE (``ResumableStreams.response``)
 ``POST /{id}/cancel``      stop it (``cancelled``); the stream as ``GET /{id}`` says
+``GET  /unbroken.js``      the browser module (``unbroken.web``); mounted at ``/v1/streams``,
+                           its ``attach("", id, {token})`` reads and stops app streams
 =========================  =========================================================================
 
 The owner is what ``ResumableStreams(owner_of=...)`` says of the request (the app's own
@@ -28,6 +30,7 @@ from ..errors import StreamNotFoundError
 from ..streams.journal import MAX_PAGE
 from ..streams.journal.failures import JOURNAL_ERRORS
 from ..streams.logs import log_event
+from ..web import SCRIPT_PATH, script_response
 from .access import owner_hash, summary
 from .responses import error_response, owner_of, request_token
 
@@ -85,6 +88,8 @@ def mountable_app(streams: ResumableStreams) -> Starlette:
                               f"({type(exc).__name__}); retry")
 
     routes = [
+        # First: a stream id given by an app may not shadow it.
+        Route(SCRIPT_PATH, script_response, methods=["GET"]),
         Route("/", listing, methods=["GET"]),
         Route("/{stream_id}", status, methods=["GET"]),
         Route("/{stream_id}/events", events, methods=["GET"]),

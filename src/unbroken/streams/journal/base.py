@@ -1,7 +1,9 @@
 """The journal: every stream the proxy serves, and every frame of it, in seq order.
 
 One small interface, three implementations (``MemoryJournal`` for tests, ``SQLiteJournal`` by
-default, ``RedisJournal`` for replicas). The producer of a stream calls ``create`` once, then
+default, ``RedisJournal`` for replicas). The proxy calls ``create`` before the stream's upstream
+request leaves (write-ahead: status ``pending``), then ``answered`` with the response's media
+type and headers, or ``discard`` if the upstream refused; the producer then calls
 ``submit`` with the frames of each turn of the event loop (its frames and new state land in one
 transaction; a backend may fold the appends of many streams into one group commit) and
 ``append`` for the last ones, which it awaits. Readers call ``follow``: frames after a seq from
@@ -116,6 +118,14 @@ class Journal(ABC):
     async def _purge(self, older_than: float, keep: frozenset[str]) -> int: ...
 
     @abstractmethod
+    async def _answered(self, meta: StreamMeta) -> None:
+        """Replace the stored meta of a stream (``KeyError`` if it is unknown)."""
+
+    @abstractmethod
+    async def _discard(self, stream_id: str) -> None:
+        """Delete a stream and everything that names it, leaving no tombstone."""
+
+    @abstractmethod
     async def _list(self, query: StreamQuery) -> list[StreamRecord]:
         """Up to ``query.limit + 1`` streams that ``query`` admits (without text), newest
         first by ``(created, stream_id)``; their ``last_seq`` as ``get`` tells it."""
@@ -174,6 +184,19 @@ class Journal(ABC):
             del self._tails[meta.stream_id]
             raise
         return tail
+
+    async def answered(self, meta: StreamMeta) -> None:
+        """The upstream answered a stream created before its request was sent (write-ahead):
+        store what only the answer tells, its media type and response headers (``meta``, the
+        rest as created)."""
+        await self._answered(meta)
+
+    async def discard(self, stream_id: str) -> None:
+        """Forget a stream whose upstream request never started a generation (unreachable,
+        or answered with an error status): its live tail ends, its record and idempotency
+        key go, so the same request may be sent again."""
+        self.release(stream_id)
+        await self._discard(stream_id)
 
     async def reopen(self, stream_id: str, state: StreamState, lease: Lease) -> LiveTail:
         """Open a live tail again for a stream that ended ``interrupted`` and is continued
@@ -312,11 +335,14 @@ class Journal(ABC):
                     continue
                 if ended or tail is None:
                     return
-                if keepalive is not None and clock() - quiet_since >= keepalive:
+                quiet = clock() - quiet_since
+                if keepalive is not None and quiet >= keepalive:
                     yield []
                     quiet_since = clock()
                     continue
-                await tail.wait(keepalive)
+                # What is left of this reader's silence: the first keep-alive follows the last
+                # frame by ``keepalive`` seconds, not by up to twice that.
+                await tail.wait(None if keepalive is None else keepalive - quiet)
         finally:
             if attached is not None:
                 attached.detach()

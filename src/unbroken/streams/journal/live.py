@@ -23,7 +23,8 @@ class LiveTail:
     """Recent frames of one live stream and the notification that new ones were committed."""
 
     __slots__ = (
-        "_changed", "_frames", "_pulse", "ended", "last_seq", "on_readers", "readers", "stream_id"
+        "_changed", "_frames", "_pulse", "_pulse_due", "ended", "last_seq", "on_readers",
+        "readers", "stream_id",
     )
 
     def __init__(self, stream_id: str, *, max_frames: int = 256) -> None:
@@ -31,6 +32,7 @@ class LiveTail:
         self._frames: deque[FrameRecord] = deque(maxlen=max(1, max_frames))
         self._changed = asyncio.Event()
         self._pulse: asyncio.TimerHandle | None = None
+        self._pulse_due = 0.0  # loop time the pulse is armed for (uvloop's handle has no when())
         self.last_seq = 0
         self.ended = False
         self.readers = 0
@@ -61,11 +63,19 @@ class LiveTail:
         """Wait for the next commit, or at most about ``pulse`` seconds.
 
         The pulse is one timer per tail, shared by its readers and armed only while one waits,
-        so a stream that flows costs no timer per frame; a woken reader decides by its own
-        clock whether it has been quiet long enough to send a keep-alive.
+        at the earliest moment a waiting reader asked for, so a stream that flows costs no
+        timer per frame; a woken reader decides by its own clock whether it has been quiet
+        long enough to send a keep-alive, and asks again for what is left of its silence.
         """
-        if pulse is not None and self._pulse is None:
-            self._pulse = asyncio.get_running_loop().call_later(pulse, self._on_pulse)
+        if pulse is not None:
+            loop = asyncio.get_running_loop()
+            due = loop.time() + pulse
+            armed = self._pulse
+            if armed is None or self._pulse_due > due:
+                if armed is not None:
+                    armed.cancel()
+                self._pulse = loop.call_at(due, self._on_pulse)
+                self._pulse_due = due
         await self._changed.wait()
 
     def _on_pulse(self) -> None:

@@ -90,6 +90,15 @@ class MemoryJournal(Journal):
             )
         return len(gone)
 
+    async def _answered(self, meta: StreamMeta) -> None:
+        stored = self._streams.get(meta.stream_id)
+        if stored is None:
+            raise KeyError(f"unknown stream {meta.stream_id!r}")
+        stored.meta = meta
+
+    async def _discard(self, stream_id: str) -> None:
+        self._streams.pop(stream_id, None)
+
     async def tombstone(self, stream_id: str) -> Tombstone | None:
         kept = self._tombstones.get(stream_id)
         return None if kept is None else kept[0]

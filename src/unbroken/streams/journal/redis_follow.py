@@ -3,9 +3,11 @@
 A stream produced in this process is followed through its in-process ``LiveTail``, as in the
 other journals. Another process's stream is followed in Redis: ``XREAD BLOCK`` on its frames
 (``P{id}:f``) and on its ends stream (``P{id}:e``), so Redis itself wakes the reader when frames
-or the end land, never sleep-polling. A reader idle for ``ORPHAN_CHECK`` seconds looks at the
-stream's producer lease, and hands a stream whose lease ran out to ``on_orphan`` (the proxy's
-recovery, which writes the end the reader then gets).
+or the end land, never sleep-polling. A reader idle for ``orphan_check`` seconds (``ORPHAN_CHECK``
+by default) looks at the stream's producer lease, and hands a stream whose lease ran out to
+``on_orphan`` (the proxy's recovery, which writes the end the reader then gets). One blocking
+read never waits longer than that, and the connection's socket timeout is longer still
+(``RedisJournal.open``), so a stream quiet for any length of time is never cut by a timeout.
 
 Apart from ``redis_streams.py`` because it is the one part of the journal that waits on other
 processes rather than writing or reading once; ``RedisJournal`` inherits it and supplies the
@@ -24,6 +26,7 @@ from typing import Any, Final
 
 from ...finish import END_STATES
 from .base import FOLLOW_BATCH, FrameRecord, Journal
+from .holder import known_dead
 from .redis_records import frame_from
 
 __all__ = ["ORPHAN_CHECK", "RedisFollow"]
@@ -38,6 +41,7 @@ class RedisFollow(Journal):
     ``XREAD BLOCK``."""
 
     _redis: Any  # the redis-py client, ``None`` while the journal is closed
+    orphan_check: float = ORPHAN_CHECK  # the longest one XREAD BLOCK waits
 
     @abstractmethod
     def _key(self, stream_id: str, kind: str) -> str:
@@ -82,8 +86,9 @@ class RedisFollow(Journal):
                 continue
             if ended:
                 return
-            wait = ORPHAN_CHECK if keepalive is None else max(
-                0.001, min(ORPHAN_CHECK, keepalive - (clock() - quiet_since)))
+            block = self.orphan_check
+            wait = block if keepalive is None else max(
+                0.001, min(block, keepalive - (clock() - quiet_since)))
             replies = await self._redis.xread(
                 {frames_key: f"0-{cursor}", ends_key: end_mark},
                 count=FOLLOW_BATCH, block=max(1, round(wait * 1000)))
@@ -116,11 +121,12 @@ class RedisFollow(Journal):
         if status is None or status.decode() in _ENDED:
             return True
         handler = self.on_orphan
-        if handler is not None and owner and float(expires) <= time.time():
+        if handler is not None and owner and (
+                float(expires) <= time.time() or known_dead(owner.decode())):
             try:
                 outcome: Awaitable[object] = handler(stream_id)
                 await outcome
-            except Exception:  # the reader goes on; the next idle round looks again
-                log.exception("stream %s: settling a stream without a producer failed",
-                              stream_id)
+            except Exception as error:  # the reader goes on; the next idle round looks again
+                log.warning("stream %s: settling a stream without a producer failed: %s: %s",
+                            stream_id, type(error).__name__, error)
         return False

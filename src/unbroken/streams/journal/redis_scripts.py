@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPEND", "CLAIM", "CREATE", "PURGE", "PURGE_TOMBSTONES", "RELEASE", "RENEW",
-           "SET_LEASE"]
+__all__ = ["ANSWERED", "APPEND", "CLAIM", "CREATE", "DISCARD", "PURGE", "PURGE_TOMBSTONES",
+           "RELEASE", "RENEW", "SET_LEASE"]
 
 # KEYS: s, unfinished, updated, idem ('' for none), owner set ('' for none), created,
 #       the credential's created ('' for none)
@@ -162,6 +162,33 @@ if h[3] and h[3] ~= '' then
   if redis.call('GET', idem) == ARGV[1] then redis.call('DEL', idem) end
 end
 if h[4] and h[4] ~= '' then redis.call('SREM', ARGV[3] .. 'owner:' .. h[4], ARGV[1]) end
+return 1
+"""
+
+# A stream whose upstream never started a generation: gone without a tombstone.
+# KEYS: s, f, e, x, unfinished, updated, created.  ARGV: id, prefix
+DISCARD: Final = """
+local h = redis.call('HMGET', KEYS[1], 'cred', 'idem', 'owner')
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('SREM', KEYS[5], ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
+if h[1] and h[1] ~= '' then redis.call('ZREM', ARGV[2] .. 'created:' .. h[1], ARGV[1]) end
+if h[2] and h[2] ~= '' then
+  local idem = ARGV[2] .. 'idem:' .. h[2]
+  if redis.call('GET', idem) == ARGV[1] then redis.call('DEL', idem) end
+end
+if h[3] and h[3] ~= '' then redis.call('SREM', ARGV[2] .. 'owner:' .. h[3], ARGV[1]) end
+return 1
+"""
+
+# The upstream answered a write-ahead stream: its meta with the media type and headers.
+# KEYS: s.  ARGV: meta, id
+ANSWERED: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('NOSTREAM unknown stream ' .. ARGV[2])
+end
+redis.call('HSET', KEYS[1], 'meta', ARGV[1])
 return 1
 """
 

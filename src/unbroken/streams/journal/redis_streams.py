@@ -55,9 +55,13 @@ from .redis_records import (
     state_json,
 )
 
-__all__ = ["ORPHAN_CHECK", "PING_TIMEOUT", "RedisJournal"]
+__all__ = ["ORPHAN_CHECK", "PING_TIMEOUT", "SOCKET_TIMEOUT_MARGIN", "RedisJournal"]
 
 PING_TIMEOUT: Final = 2.0  # seconds ``problem()`` waits for Redis
+# Past the longest blocking read (``orphan_check``): a socket timeout under it would cut every
+# follower of a stream quiet that long (redis-py 8 sets 5 s unless told). Any other command
+# answers in milliseconds, so this also bounds how long one waits on a Redis that hangs.
+SOCKET_TIMEOUT_MARGIN: Final = 5.0
 MAX_CONNECTIONS: Final = 10_000  # of the client pool (Redis's own default maxclients)
 
 
@@ -66,8 +70,13 @@ class RedisJournal(RedisFollow):
 
     follows_other_processes = True
 
-    def __init__(self, url: str, *, tail_frames: int = 256) -> None:
+    def __init__(self, url: str, *, tail_frames: int = 256,
+                 orphan_check: float = ORPHAN_CHECK) -> None:
         super().__init__(tail_frames=tail_frames)
+        if not 0 < orphan_check < 3600:
+            raise ValueError(f"orphan_check must be a positive number of seconds, not "
+                             f"{orphan_check!r}")
+        self.orphan_check = orphan_check
         self.url, self.prefix = split_prefix(url)
         self.commits = 0  # group commits made (for tests and benchmarks)
         self._redis: Any = None
@@ -101,7 +110,8 @@ class RedisJournal(RedisFollow):
         # MaxConnectionsError. Redis itself serves 10,000 clients by default.
         self._redis = redis.asyncio.Redis.from_url(
             self.url, decode_responses=False, socket_connect_timeout=5, socket_keepalive=True,
-            health_check_interval=30, max_connections=MAX_CONNECTIONS,
+            socket_timeout=self.orphan_check + SOCKET_TIMEOUT_MARGIN, health_check_interval=30,
+            max_connections=MAX_CONNECTIONS,
         )
         await self._load_scripts()
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
@@ -128,7 +138,7 @@ class RedisJournal(RedisFollow):
 
     async def _load_scripts(self) -> None:
         for name in ("CREATE", "APPEND", "PURGE", "PURGE_TOMBSTONES", "SET_LEASE", "RENEW",
-                     "CLAIM", "RELEASE"):
+                     "CLAIM", "RELEASE", "ANSWERED", "DISCARD"):
             self._shas[name] = await self._redis.script_load(getattr(redis_scripts, name))
 
     async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -181,6 +191,19 @@ class RedisJournal(RedisFollow):
             ])
         except Exception as error:
             raise refusal(error) from error
+
+    async def _answered(self, meta: StreamMeta) -> None:
+        try:
+            await self._eval("ANSWERED", [self._key(meta.stream_id, "s")],
+                             [meta_json(meta), meta.stream_id])
+        except Exception as error:
+            raise refusal(error) from error
+
+    async def _discard(self, stream_id: str) -> None:
+        self._written.pop(stream_id, None)
+        keys = [self._key(stream_id, kind) for kind in "sfex"]
+        keys += [self._global(name) for name in ("unfinished", "updated", "created")]
+        await self._eval("DISCARD", keys, [stream_id, self.prefix])
 
     def _store(
         self, stream_id: str, frames: Sequence[FrameRecord], state: StreamState

@@ -33,6 +33,7 @@ checkpointer, no upgrade, nothing created.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -254,6 +255,26 @@ class SQLiteJournal(Journal):
 
         result: int = await self._write(write)
         return result
+
+    async def _answered(self, meta: StreamMeta) -> None:
+        row = (meta.media_type, json.dumps(list(meta.response_headers)), meta.stream_id)
+
+        def write(conn: sqlite3.Connection) -> None:
+            updated = conn.execute(
+                "UPDATE streams SET media_type = ?, response_headers = ? WHERE stream_id = ?",
+                row).rowcount
+            if updated != 1:
+                raise KeyError(f"unknown stream {meta.stream_id!r}")
+
+        await self._write(write)
+
+    async def _discard(self, stream_id: str) -> None:
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM frames WHERE stream_id = ?", (stream_id,))
+            conn.execute("DELETE FROM streams WHERE stream_id = ?", (stream_id,))
+
+        self._written.pop(stream_id, None)
+        await self._write(write)
 
     async def tombstone(self, stream_id: str) -> Tombstone | None:
         def read(conn: sqlite3.Connection) -> Tombstone | None:

@@ -1,0 +1,142 @@
+"""CPU per frame of a proxied stream read through ``ResumingTransport`` vs a plain httpx2 client.
+
+The mock upstream and the proxy (memory journal) each run in their own subprocess on 127.0.0.1,
+so their work is not in this process's CPU time. Every peer POSTs the same openai-chat stream
+(``tokens=N``: N text deltas + the role, finish and ``[DONE]`` frames) through the proxy:
+
+- ``raw``: ``iter_raw`` of the body with a plain ``httpx2.Client`` / with ``http_client()``;
+- ``sdk``: the openai SDK reading the stream over each of those two clients (what an app runs).
+
+Peers run interleaved, in alternating order, ``--repeat`` rounds, each a fresh stream, after a
+``gc.collect()``; the best (least disturbed) run of each is reported as process CPU µs per
+frame, with the transport's ratio to its peer. No faults: this is the price of being ready to
+resume, paid by every stream.
+
+    python benchmarks/resuming.py [--frames 1000] [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import httpx2
+import openai
+
+from unbroken import http_client
+from unbroken.mock import reply_text
+
+PATH = "/v1/chat/completions"
+BODY = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+KEY = "sk-bench-0001"
+EXTRA_FRAMES = 3  # role, finish, [DONE]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serving(args: list[str]) -> Iterator[str]:
+    """``python -m unbroken ARGS --port P`` until the block ends; its base URL."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "unbroken", *args, "--host", "127.0.0.1",
+                               "--port", str(port)], stderr=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx2.get(base + "/", timeout=1)  # any answer: it is up
+                break
+            except httpx2.TransportError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"{args[0]} did not start") from None
+                time.sleep(0.05)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+Peer = Callable[[], int]  # -> bytes or frames seen, checked against the expected body
+
+
+def peers(base: str, tokens: int) -> dict[str, Peer]:
+    url = base + PATH
+    headers = {"Unbroken-Mock": f"tokens={tokens}", "authorization": f"Bearer {KEY}"}
+    content = json.dumps(BODY).encode()
+    plain, resuming = httpx2.Client(timeout=60), http_client(timeout=60)
+
+    def raw(client: httpx2.Client) -> Peer:
+        def run() -> int:
+            with client.stream("POST", url, content=content, headers=headers) as response:
+                assert response.status_code == 200
+                return sum(len(chunk) for chunk in response.iter_raw())
+
+        return run
+
+    def sdk(client: httpx2.Client) -> Peer:
+        openai_client = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0,
+                                      http_client=client)
+
+        def run() -> int:
+            parts: list[str] = []
+            for chunk in openai_client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+                extra_headers={"Unbroken-Mock": f"tokens={tokens}"},
+            ):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    parts.append(chunk.choices[0].delta.content)
+            assert "".join(parts) == reply_text(0, tokens)
+            return len(parts)
+
+        return run
+
+    return {"raw httpx2": raw(plain), "raw http_client()": raw(resuming),
+            "sdk httpx2": sdk(plain), "sdk http_client()": sdk(resuming)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--frames", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=15)
+    options = parser.parse_args()
+    tokens = options.frames - EXTRA_FRAMES
+    with serving(["mock"]) as mock, serving(
+        ["proxy", "--upstream", mock, "--store", "memory://", "--log-level", "warning"]
+    ) as proxy:
+        runs = peers(proxy, tokens)
+        seen = {name: run() for name, run in runs.items()}  # warm up, and check alike
+        assert seen["raw httpx2"] == seen["raw http_client()"], seen
+        best = dict.fromkeys(runs, float("inf"))
+        order = list(runs.items())
+        for _ in range(options.repeat):
+            order.reverse()  # neither peer of a pair always runs first
+            for name, run in order:
+                gc.collect()  # a collection left over by the peer before is not this one's
+                started = time.process_time()
+                run()
+                best[name] = min(best[name], time.process_time() - started)
+    per_frame = {name: seconds / options.frames * 1e6 for name, seconds in best.items()}
+    print(f"{options.frames} frames per stream, best of {options.repeat}, "
+          f"process CPU µs per frame:")
+    for kind in ("raw", "sdk"):
+        base, through = per_frame[f"{kind} httpx2"], per_frame[f"{kind} http_client()"]
+        print(f"  {kind:<4} httpx2 {base:7.2f}   http_client() {through:7.2f}   "
+              f"ratio {through / base:.3f}   (+{through - base:.2f} µs/frame)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The ``Idempotency-Key`` a POST carries: one per call, the same across the SDK's own retries.
+
+The official SDKs built by Stainless (openai, anthropic) number each attempt of one call in
+``x-stainless-retry-count`` (0 for the first); a retry is the same request again. So a first
+attempt gets a new random key, and a retry gets the key of the last first attempt with the same
+method, URL and body *in the same context*: a retry runs in its call's thread or task, and a
+``ContextVar`` set there is seen only there, so a second call made deliberately (attempt 0
+again) or in another task never shares a key. A request without that header is a first attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from contextvars import ContextVar
+
+import httpx2
+
+__all__ = ["IDEMPOTENCY_HEADER", "RETRY_COUNT_HEADER", "keyed"]
+
+IDEMPOTENCY_HEADER = "idempotency-key"
+RETRY_COUNT_HEADER = "x-stainless-retry-count"
+_REMEMBERED = 16  # first attempts remembered per context (a retry follows its call at once)
+
+# (fingerprint, key) pairs of this context's latest first attempts, newest last. Immutable:
+# a copy of the context (a new task) must not see keys its siblings add later.
+_keys: ContextVar[tuple[tuple[bytes, str], ...]] = ContextVar("unbroken_idempotency_keys",
+                                                              default=())
+
+
+def keyed(request: httpx2.Request) -> bool:
+    """Give a POST with a JSON body in memory its ``Idempotency-Key`` (unless it has one);
+    True if it has one now. Uploads and streamed bodies are left alone, unread."""
+    if request.method != "POST" or IDEMPOTENCY_HEADER in request.headers:
+        return request.method == "POST" and IDEMPOTENCY_HEADER in request.headers
+    if not isinstance(request.stream, httpx2.ByteStream):
+        return False
+    body = request.content
+    if not body.lstrip()[:1] == b"{":
+        return False
+    fingerprint = hashlib.blake2b(
+        b"%s %s\n%s" % (request.method.encode(), str(request.url).encode(), body),
+        digest_size=16,
+    ).digest()
+    remembered = _keys.get()
+    if _retry_count(request) > 0:
+        for known, key in reversed(remembered):
+            if known == fingerprint:
+                request.headers[IDEMPOTENCY_HEADER] = key
+                return True
+    key = f"ub-{uuid.uuid4().hex}"
+    _keys.set((*remembered[-(_REMEMBERED - 1):], (fingerprint, key)))
+    request.headers[IDEMPOTENCY_HEADER] = key
+    return True
+
+
+def _retry_count(request: httpx2.Request) -> int:
+    value = request.headers.get(RETRY_COUNT_HEADER, "")
+    return int(value) if value.isascii() and value.isdigit() else 0

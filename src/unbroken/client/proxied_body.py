@@ -1,0 +1,254 @@
+"""One proxied stream's response body as ``ResumingTransport`` hands it on: whole frames only,
+the seq of the last one passed on, and the proxy's notice held back.
+
+No I/O here: the transport feeds each connection's bytes in (the POST's, then each resume's) and
+passes on what comes back. A frame is cut by the project's decoders (``SSEDecoder``,
+``NDJSONDecoder``) at the byte offset they have dispatched up to, so the bytes handed on are the
+proxy's own, never half a frame or half a character. The seq of a frame is its id
+(``<stream_id>:<n>``) or, in a body without ids (Ollama's NDJSON, a Gemini POST), its position.
+
+A resume (``GET /v1/streams/{id}/events``) always answers SSE with ids. Its frames are handed on
+in the POST's own form: verbatim if the POST carried ids, else without ``id:``/``retry:`` lines
+(google-genai reads any line but ``data:`` as JSON) or as NDJSON lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+
+from ..errors import StreamError
+from ..framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
+from ..jsonparse import loads
+from ..proxy_notice import is_gemini_notice
+
+__all__ = ["ProxiedBody", "ResumeMismatch"]
+
+_PROXY_MARK = "unbroken proxy: "  # how the proxy's own error messages begin (proxy/wire.py)
+
+
+class ResumeMismatch(httpx2.RemoteProtocolError):
+    """A resumed body did not continue the stream: its first frame is not the next seq of the
+    same stream. Nothing of it was handed on."""
+
+    def __init__(self, expected: str, got: str) -> None:
+        super().__init__(f"unbroken: the resumed stream does not continue this body: expected "
+                         f"frame {expected}, got {got or 'a frame without an id'}; nothing of "
+                         f"it was passed on")
+        self.expected = expected
+        self.got = got
+
+
+class ProxiedBody:
+    """State of one proxied body across its connections."""
+
+    __slots__ = ("_buf", "_decoder", "_frames", "_held", "_ids", "_ndjson", "_notice",
+                 "_opaque", "_prefix", "_resumed", "seq", "stream_id")
+
+    def __init__(self, stream_id: str, *, ndjson: bool, after: int = 0) -> None:
+        self.stream_id = stream_id
+        # The last frame handed on (the proxy numbers frames 1, 2, 3 ...): ``after`` when the
+        # POST itself asked to continue with ``Last-Event-ID``.
+        self.seq = after
+        self._prefix = stream_id + ":"
+        self._ndjson = ndjson
+        self._ids: bool | None = None  # whether the POST's frames carry ids; fixed by its first
+        self._held = b""  # an unnumbered error frame: the proxy's notice if the body ends here
+        self._notice = b""  # the last connection's notice, until a resume brings a frame
+        self._frames = 0  # frames handed on by the current connection
+        self._resumed = False
+        self._opaque = False  # the decoder refused the bytes: hand them on as they come
+        self._buf = bytearray()
+        # Frames are handed on as raw bytes, so invalid UTF-8 is the SDK's to judge.
+        self._decoder: SSEDecoder | NDJSONDecoder = (
+            NDJSONDecoder() if ndjson else SSEDecoder(errors="replace"))
+
+    @property
+    def progressed(self) -> bool:
+        """Whether the current connection handed on at least one frame."""
+        return self._frames > 0
+
+    @property
+    def last_event_id(self) -> str:
+        return f"{self.stream_id}:{self.seq}"
+
+    def resumed(self) -> None:
+        """A resume's body follows: SSE with ids, whatever the POST's form."""
+        if self._ids is None:
+            self._ids = False  # no frame of the POST came: hand on the form without ids
+        if self._held:
+            # Never handed on now: a journaled frame comes again, numbered, from the resume.
+            self._notice, self._held = self._held, b""
+        self._decoder = SSEDecoder(errors="replace")
+        self._buf.clear()
+        self._frames = 0
+        self._resumed = True
+
+    def receive(self, chunk: bytes) -> bytes:
+        """The whole frames that ``chunk`` completes, in the POST's form (maybe ``b""``)."""
+        if self._opaque:
+            return chunk
+        decoder = self._decoder
+        base = decoder.bytes_dispatched
+        try:
+            frames: list[Any] = decoder.receive_data(chunk)
+        except StreamError:
+            return self._refused(chunk)
+        cut = decoder.bytes_dispatched - base
+        if not self._buf and cut == len(chunk):
+            region = chunk  # the common case: the read ends at a frame's end, nothing copied
+        else:
+            self._buf += chunk
+            region = bytes(self._buf[:cut])
+            del self._buf[:cut]
+        if not frames and not self._resumed:
+            return region  # blank lines, keep-alive comments: as they came
+        if self._ndjson and not self._resumed:
+            return self._lines(frames, region)
+        if self._ids and not self._held:
+            # The hot path: numbered frames in order, handed on as they came.
+            prefix, seq = self._prefix, self.seq
+            for index, event in enumerate(frames):
+                if event.block_id != prefix + str(seq + 1):
+                    self._advance(seq)
+                    return self._events(frames[index:], region)
+                seq += 1
+            self._advance(seq)
+            return region
+        return self._events(frames, region)
+
+    def receive_eof(self) -> bool:
+        """The current connection ended cleanly: True if the stream ended with it. False if it
+        stopped inside a frame or on the proxy's notice: the body is to be resumed."""
+        if self._opaque:
+            return True
+        if self._decoder.bytes_received != self._decoder.bytes_dispatched:
+            return False
+        return not self._held
+
+    def give_up(self) -> bytes:
+        """The last bytes of a body that will not be resumed: the proxy's notice, if it sent
+        one, so that the SDK raises on it as it does without this transport."""
+        held = self._held or self._notice
+        self._held = self._notice = b""
+        return held
+
+    # -- frames ---------------------------------------------------------------------------------
+
+    def _refused(self, chunk: bytes) -> bytes:
+        """Bytes the decoder cannot frame (a malformed NDJSON line, an event over its size
+        limit): not a body to resume. Everything not yet handed on goes now, as it came, and
+        the rest of the body after it; the SDK judges those bytes as it would without this."""
+        self._opaque = True
+        pending = self._held + bytes(self._buf) + chunk
+        self._held = self._notice = b""
+        self._buf.clear()
+        return pending
+
+    def _advance(self, seq: int) -> None:
+        if seq != self.seq:
+            self._frames += seq - self.seq
+            self.seq = seq
+            self._notice = b""
+
+    def _release(self, *, numbered: bool) -> bytes:
+        """A frame followed the held one: it was not the proxy's last word but the stream's."""
+        held, self._held = self._held, b""
+        if not numbered:
+            self.seq += 1
+            self._frames += 1
+        return held
+
+    def _lines(self, lines: list[JSONLine], region: bytes) -> bytes:
+        """NDJSON lines of the POST: seq by position; an error line of the proxy's is held."""
+        before = b""
+        held_here = False
+        for line in lines:
+            if self._held:
+                released = self._release(numbered=False)
+                before, held_here = (before if held_here else released), False
+            if self._is_ollama_notice(line.value):
+                self._held, held_here = line.raw, True
+                continue
+            self.seq += 1
+            self._frames += 1
+        return self._without_held(before + region if before else region, held_here)
+
+    def _events(self, events: list[ServerSentEvent], region: bytes) -> bytes:
+        """SSE frames: seq from their ids (each checked) or by position; an unnumbered error
+        frame is held. A resume's frames are rewritten to the POST's form when it had no ids."""
+        rewrite = self._resumed and not self._ids
+        out: list[bytes] = []
+        before = b""
+        held_here = False
+        for event in events:
+            block_id = event.block_id
+            if self._held:
+                released = self._release(numbered=block_id is not None or bool(self._ids))
+                if rewrite:
+                    out.append(released)
+                elif not held_here:
+                    before = released  # held from the read before: it precedes this region
+                held_here = False
+            if self._ids is None:
+                self._ids = block_id is not None
+            if block_id is not None:
+                self._numbered(block_id)
+            elif self._ids or self._resumed or self._is_position_notice(event):
+                # Every frame the proxy journals is numbered, so an unnumbered one is its own.
+                self._held = self._as_posted(event) if rewrite else event.raw
+                held_here = True
+                continue
+            else:
+                self.seq += 1
+                self._frames += 1
+            if rewrite:
+                out.append(self._as_posted(event))
+        if rewrite:
+            return b"".join(out)
+        return self._without_held(before + region if before else region, held_here)
+
+    def _without_held(self, region: bytes, held_here: bool) -> bytes:
+        """The region less the frame held at its end (blank lines and comments stay)."""
+        if not held_here:
+            return region
+        at = region.rfind(self._held)
+        return region[:at] + region[at + len(self._held):]
+
+    def _numbered(self, block_id: str) -> None:
+        """Check a frame's id continues this body: the same stream, the next seq."""
+        named, _colon, number = block_id.rpartition(":")
+        expected = self.seq + 1
+        if named != self.stream_id or not number.isdigit() or int(number) != expected:
+            raise ResumeMismatch(f"{self.stream_id}:{expected}", block_id)
+        self.seq = expected
+        self._frames += 1
+        self._notice = b""
+
+    def _as_posted(self, event: ServerSentEvent) -> bytes:
+        """A resumed frame in the POST's form: verbatim with ids, else its ``event:`` and
+        ``data:`` lines only, or its data as an NDJSON line."""
+        lines = event.raw.splitlines()
+        if self._ndjson:
+            data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
+            return b"\n".join(data) + b"\n"
+        kept = [line for line in lines if line.startswith((b"data:", b"event:"))]
+        return b"\n".join(kept) + b"\n\n"
+
+    @staticmethod
+    def _is_position_notice(event: ServerSentEvent) -> bool:
+        """In a body without ids (a Gemini POST) the proxy marks its notice."""
+        if "STREAM_INCOMPLETE" not in event.data:
+            return False
+        try:
+            return is_gemini_notice(loads(event.data))
+        except ValueError:
+            return False
+
+    @staticmethod
+    def _is_ollama_notice(value: Any) -> bool:
+        """An Ollama error line the proxy wrote: it may be its notice (a journaled one comes
+        back from the resume, numbered)."""
+        error = value.get("error") if value.__class__ is dict else None
+        return error.__class__ is str and error.startswith(_PROXY_MARK)

@@ -1,0 +1,147 @@
+"""One complete SSE block becomes an event: the WHATWG field rules, written once.
+
+Lines, colons and the space after a colon are found at byte level (none occurs inside a UTF-8
+sequence); each value is decoded once, so a block takes effect whole or, on an error, not at all.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..errors import DecodingError
+
+__all__ = ["COPY_LIMIT", "FieldReader", "ServerSentEvent", "new_event"]
+
+# A block over this many bytes is read in place: a one-line block's value is decoded from a view
+# of the block, so a huge line is not copied first.
+COPY_LIMIT = 1 << 16
+# What follows the first line of a one-line block: its line end, then the blank line (and the
+# LF after a CR that follows an LF).
+_ONE_LINE_ENDS = frozenset(
+    {b"\n\n", b"\n\r", b"\n\r\n", b"\r\r", b"\r\n\r", b"\r\n\r\n", b"\r\n\n"}
+)
+
+
+class ServerSentEvent(NamedTuple):
+    """One dispatched event. ``raw`` is its block's bytes on the wire (BOM excluded).
+
+    Events compare (and hash) by the six fields of the contract, ``event`` to ``nbytes``:
+    ``raw`` is evidence, not value, so an event built from those six equals the decoded one.
+    """
+
+    event: str = "message"
+    data: str = ""
+    id: str = ""
+    block_id: str | None = None
+    retry: int | None = None
+    nbytes: int = 0
+    raw: bytes = b""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return self[:6] == other[:6]
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return self[:6] != other[:6]
+
+    def __hash__(self) -> int:
+        return hash(self[:6])
+
+
+# Builds an event from a ready tuple: the NamedTuple's own ``__new__`` is Python code, 4x slower.
+new_event = tuple.__new__
+
+Value = bytes | memoryview
+
+
+class FieldReader:
+    """Interprets complete blocks; holds the last event ID and the reconnection time."""
+
+    __slots__ = ("copy_limit", "errors", "last_event_id", "retry")
+
+    def __init__(self, errors: str, last_event_id: str, copy_limit: int = COPY_LIMIT) -> None:
+        self.errors = errors
+        self.last_event_id = last_event_id
+        self.retry: int | None = None
+        self.copy_limit = copy_limit
+
+    def read(
+        self, region: bytes, start: int, text: int, end: int, *, dispatch: bool = True
+    ) -> ServerSentEvent | None:
+        """The event of the block ``region[start:end]`` (lines from ``text``, past a swallowed
+        LF), or None if it has no data. ``dispatch=False``: the complete lines of a block cut by
+        EOF, where only ``retry`` takes effect (line by line in the spec), nothing strictly."""
+        errors = self.errors if dispatch else "replace"
+        strict = errors == "strict"
+        event_type = ""
+        data: list[Value] = []
+        block_id: str | None = None
+        retry: int | None = None
+        for name, value in self._fields(region, text, end):
+            if name == b"data":
+                data.append(value)  # decoded once, joined, below
+            elif name == b"event":
+                event_type = str(value, "utf-8", errors)
+            elif name == b"id":
+                ident = str(value, "utf-8", errors)
+                if "\x00" not in ident:
+                    block_id = ident
+            elif name == b"retry":
+                if strict:
+                    str(value, "utf-8")
+                if bytes(value).isdigit():  # ASCII digits only, for bytes
+                    retry = int(value)
+            elif strict:  # a comment (no name) or an unknown field: ignored, but checked
+                str(name, "utf-8")
+                str(value, "utf-8")
+        if data:
+            text_data = str(data[0] if len(data) == 1 else b"\n".join(data), "utf-8", errors)
+        if retry is not None:
+            self.retry = retry
+        if not dispatch:
+            return None
+        if block_id is not None:
+            self.last_event_id = block_id
+        if not data:
+            return None
+        fields = (event_type or "message", text_data, self.last_event_id, block_id, retry)
+        return new_event(ServerSentEvent, (*fields, end - start, region[start:end]))
+
+    def _fields(self, region: bytes, text: int, end: int) -> list[tuple[bytes, Value]]:
+        """(name, value) of each line up to the blank one; a comment's name is empty."""
+        if end - text > self.copy_limit:
+            ends = (region.find(b"\n", text, end), region.find(b"\r", text, end))
+            eol = min(i for i in ends if i >= 0)
+            if region[eol:end] in _ONE_LINE_ENDS:
+                # One huge line: a data value stays in place, a view of the block.
+                colon = region.find(b":", text, eol)
+                if colon < 0:
+                    return [(region[text:eol], b"")]
+                at = colon + 2 if region[colon + 1 : colon + 2] == b" " else colon + 1
+                name = region[text:colon]
+                if name == b"data":
+                    return [(name, memoryview(region)[at:eol])]
+                return [(name, region[at:eol])]
+        fields: list[tuple[bytes, Value]] = []
+        for line in region[text:end].splitlines():  # one copy, then short lines
+            if not line:
+                break  # the blank line that ends the block
+            name, _, value = line.partition(b":")
+            fields.append((name, value[1:] if value[:1] == b" " else value))
+        return fields
+
+
+def decoding_error(region: bytes, text: int, end: int, base: int) -> DecodingError:
+    """The error for the first invalid byte of the block ``region[text:end]`` (``region[0]`` is
+    stream byte ``base``)."""
+    with memoryview(region) as view:
+        try:
+            str(view[text:end], "utf-8")
+        except UnicodeDecodeError as exc:
+            offset = base + text + exc.start
+            detail = f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}"
+            return DecodingError(detail, offset=offset)
+    raise AssertionError("the block decodes")  # pragma: no cover
