@@ -179,10 +179,11 @@ def serve(argv: list[str]) -> None:
     else:
         from unbroken.proxy import ProxyConfig
         from unbroken.proxy import create_app as proxy_app
+        from unbroken.proxy.config import PROVIDERS
         from unbroken.proxy.shutdown import freeze_startup_heap
 
-        o = args.upstream
-        app = proxy_app(ProxyConfig(openai=o, anthropic=o, gemini=o, ollama=o, store=args.store))
+        origins = dict.fromkeys(PROVIDERS, args.upstream)
+        app = proxy_app(ProxyConfig(origins=origins, store=args.store))
         freeze_startup_heap()  # as `unbroken proxy` does
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", loop=args.loop,
                 http=args.http, access_log=False)

@@ -13,6 +13,7 @@ Faults (``Fault``) act on one direction of one connection, at a byte position of
 ``after`` bytes already forwarded, then the first position that satisfies ``cut``:
 
 - ``Cut.ANY``: exactly at ``after``;
+- ``Cut.IN_BODY``: past the first HTTP head (the head arrives whole);
 - ``Cut.INSIDE_CHAR``: the next byte is a UTF-8 continuation byte, so the bytes forwarded end
   inside a multi-byte character (only body bytes can hold one: HTTP heads are ASCII);
 - ``Cut.INSIDE_LINE``: past the first HTTP head, between two bytes of which neither is CR or LF,
@@ -62,6 +63,7 @@ class Cut(Enum):
     """Where, at or after ``Fault.after``, a fault takes effect."""
 
     ANY = "any"
+    IN_BODY = "in-body"
     INSIDE_CHAR = "inside-char"
     INSIDE_LINE = "inside-line"
 
@@ -149,12 +151,14 @@ class _Pump:
             return None
         if fault.cut is Cut.ANY:
             return start, fault
-        if fault.cut is Cut.INSIDE_LINE and not self.past_head:
+        if fault.cut in (Cut.IN_BODY, Cut.INSIDE_LINE) and not self.past_head:
             window = self.head_tail + data
             end = window.find(b"\r\n\r\n")
             if end < 0:
                 return None
             start = max(start, end + 4 - len(self.head_tail))
+        if fault.cut is Cut.IN_BODY:
+            return (start, fault) if start <= len(data) else None
         for index in range(start, len(data)):
             if self._fits(fault.cut, data, index):
                 return index, fault
@@ -407,6 +411,13 @@ class FaultRelay:
         """Faults for the next connection (or exchange) that starts; wins over the plan."""
         with self._lock:
             self._queued.append(faults)
+
+    def clear_queue(self) -> int:
+        """Drop the queued faults no connection (or exchange) took; how many sets."""
+        with self._lock:
+            dropped = len(self._queued)
+            self._queued.clear()
+        return dropped
 
     def apply_now(self, fault: Fault) -> int:
         """Apply ``fault`` to every open connection, ``after`` bytes from now; how many."""

@@ -53,7 +53,7 @@ if _TYPE_CHECKING:
     from .client import AsyncStream, Deadlines, Retry, Stream, astream, stream
     from .client.graphemes import GraphemeBuffer
     from .client.resuming import ResumingTransport, async_http_client, http_client
-    from .sdk import from_anthropic, from_gemini, from_ollama, from_openai
+    from .sdk import from_anthropic, from_bedrock, from_gemini, from_ollama, from_openai
 
 _LAZY = {
     "AsyncStream": "unbroken.client",
@@ -65,6 +65,7 @@ _LAZY = {
     "astream": "unbroken.client",
     "async_http_client": "unbroken.client.resuming",
     "from_anthropic": "unbroken.sdk",
+    "from_bedrock": "unbroken.sdk",
     "from_gemini": "unbroken.sdk",
     "from_ollama": "unbroken.sdk",
     "from_openai": "unbroken.sdk",
@@ -140,6 +141,7 @@ __all__ = [
     "astream",
     "async_http_client",
     "from_anthropic",
+    "from_bedrock",
     "from_gemini",
     "from_ollama",
     "from_openai",

@@ -265,7 +265,9 @@ class Message:
         elif cls is ReasoningDelta:
             self._reasoning_delta(event)  # type: ignore[arg-type]
         elif cls is ToolCallDelta:
-            self._calls.add(event)  # type: ignore[arg-type]
+            reused = self._calls.add(event)  # type: ignore[arg-type]
+            if reused is not None:
+                self._warn("tool_index_reused", reused, event.seq)
         elif cls is Usage:
             self._usage(event)  # type: ignore[arg-type]
         elif cls is Finish:

@@ -8,7 +8,9 @@ a resume by ``Last-Event-ID`` works as it does for the provider's bytes:
 
 - ``event: status`` ``{"status": "streaming"}``: the stream's status changed (not to an end);
 - ``event: delta`` with any of ``"text"``, ``"reasoning"``, ``"tool_calls"`` (``[{"index",
-  "id"?, "name"?, "arguments"}]``) and ``"status"`` when the same frame changed it;
+  "id"?, "name"?, "arguments"}]``: a delta belongs to the call its id names, else to the call at
+  its index; a provider may give parallel calls one index) and ``"status"`` when the same frame
+  changed it;
 - ``event: end``, last: ``status``, ``finish_reason``, ``raw_finish_reason``, ``error``
   (``{"type", "message"}`` or ``null``), ``frames`` (committed frames) and ``chars`` (code
   points of text). Its id is the stream's last committed seq: a reader that saw that frame but

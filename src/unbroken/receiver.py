@@ -18,10 +18,10 @@ Apart, in its own module: recognising an unbroken proxy's unnumbered notice (``p
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any, Literal, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, Literal, NamedTuple
 
-from .dialects import detect_dialect, get_dialect
+from .dialects import DIALECTS, Dialect, detect_dialect, get_dialect, sniff_dialect
 from .errors import (
     DecodingError,
     EventTooLargeError,
@@ -38,7 +38,15 @@ from .events import (
     TextDelta,
     ToolCallDelta,
 )
-from .framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
+from .framing import (
+    DEFAULT_MAX_EVENT_SIZE,
+    SSE,
+    Decoder,
+    Framing,
+    JSONLine,
+    SSEDecoder,
+    WireFrame,
+)
 from .message import Message
 from .proxy_notice import is_gemini_notice, proxy_notice
 from .trace import DEFAULT_RAW_BUDGET, ERROR
@@ -74,7 +82,7 @@ class Frame(NamedTuple):
     t: float
     events: list[Event]
     committed: bool
-    sse: ServerSentEvent | JSONLine
+    sse: WireFrame
 
     @property
     def is_content(self) -> bool:
@@ -94,6 +102,8 @@ _WHITESPACE = b" \t\r\n"
 _new_frame = tuple.__new__  # bypasses NamedTuple's Python-level __new__ on the per-frame path
 
 SeqSourceName = Literal["proxy", "provider", "block_id", "position"]
+# What a body that is a JSON array means when the dialect is not known yet.
+_ARRAY_BODY: Final = next((cls.json_array_body for cls in DIALECTS if cls.json_array_body), None)
 
 
 class StreamReceiver:
@@ -115,15 +125,15 @@ class StreamReceiver:
         stall_seconds: float = DEFAULT_STALL_SECONDS,
         raw_budget: int = DEFAULT_RAW_BUDGET,
         message: Message | None = None,
-        framing: Literal["sse", "ndjson"] | None = None,
+        framing: Framing | None = None,
     ) -> None:
-        if framing not in (None, "sse", "ndjson"):
-            raise ValueError(f"framing must be 'sse' or 'ndjson', not {framing!r}")
+        if framing is not None and not isinstance(framing, Framing):
+            raise ValueError(f"framing must be a Framing (framing.SSE ...), not {framing!r}")
         self.dialect_name = dialect
         # Overrides the dialect's own framing: an unbroken proxy serves any dialect as SSE on
         # GET /v1/streams/{id}/events, Ollama's JSON lines included.
         self.framing = framing
-        self.dialect: Any = None if dialect == "auto" else get_dialect(dialect)
+        self.dialect: Dialect | None = None if dialect == "auto" else get_dialect(dialect)
         self.message = (
             message if message is not None else Message(trace=trace, raw_budget=raw_budget)
         )
@@ -135,7 +145,7 @@ class StreamReceiver:
         self._max_event_size = max_event_size
         self._last_event_id = last_event_id
         self._stall = stall_seconds
-        self._decoder: SSEDecoder | NDJSONDecoder | None = None
+        self._decoder: Decoder | None = None
         self._head = bytearray()  # leading whitespace while the body's shape is unknown
         self._frames_seen = 0
         self._offset = 0  # where the next frame starts in this connection's body
@@ -144,7 +154,7 @@ class StreamReceiver:
         self._last_t: float | None = None
         if self.dialect is not None:
             self._configure_message()
-            if dialect != "gemini":  # Gemini's body must be looked at first: JSON array or SSE
+            if self.dialect.json_array_body is None:  # else look first: a JSON array, or not
                 self._decoder = self._new_decoder(self.dialect.framing)
 
     @property
@@ -169,7 +179,7 @@ class StreamReceiver:
         # are counted; one before a frame of this same read is not (the decoder drops it).
         self._offset = decoder.bytes_dispatched
         try:
-            found: list[Any] = decoder.receive_data(data)
+            found: Sequence[Any] = decoder.receive_data(data)
         except (DecodingError, EventTooLargeError, PayloadError) as err:
             frames = self._frames(err.events, t)
             self._fail(err)
@@ -187,14 +197,15 @@ class StreamReceiver:
             return []
         self._offset = decoder.bytes_dispatched
         try:
-            found: list[Any] = decoder.receive_eof()
+            found: Sequence[Any] = decoder.receive_eof()
         except (DecodingError, PayloadError) as err:
             # NDJSON raises here when its last line had no LF and does not parse: the body was
             # cut inside it. That is a missing end, not a malformed stream.
             found = err.events
         frames = self._frames(found, t)
         if not self.finished:
-            _note_unterminated_tail(self.message, decoder.unterminated)
+            _note_unterminated_tail(self.message, decoder.unterminated,
+                                    text=self._text_framing())
             self.finished = True
             self.message.close()
         return frames
@@ -241,7 +252,7 @@ class StreamReceiver:
 
     # -- frames -------------------------------------------------------------------------------
 
-    def _frames(self, found: list[Any], t: float) -> list[Frame]:
+    def _frames(self, found: Sequence[Any], t: float) -> list[Frame]:
         frames: list[Frame] = []
         if not found:
             return frames
@@ -274,7 +285,7 @@ class StreamReceiver:
             if block_id is None and is_sse and (source == "proxy" or (
                 # A Gemini POST may carry no ids at all: there the proxy marks its notice.
                 self.proxy_stream is not None and (
-                    is_gemini_notice(payload) if dialect.name == "gemini" else source is None)
+                    is_gemini_notice(payload) if dialect.ids_when_accepted else source is None)
             )):
                 # Every frame an unbroken proxy journals carries its id; one without is the
                 # proxy's own notice that this response ends before the stream did.
@@ -306,7 +317,7 @@ class StreamReceiver:
         if block_id is not None and (match := _PROXY_ID.fullmatch(block_id)):
             source = "proxy"
             self.stream_id = match.group(1)
-        elif self.dialect.provider_seq(payload) is not None:
+        elif self._provider_seq(payload) is not None:
             source = "provider"
         elif block_id is not None and block_id.isdigit():
             source = "block_id"
@@ -318,11 +329,15 @@ class StreamReceiver:
             return self._position
         return self._seq(block_id, payload)
 
+    def _provider_seq(self, payload: Any) -> int | None:
+        assert self.dialect is not None  # a frame is numbered after its dialect is known
+        return self.dialect.provider_seq(payload)
+
     def _seq(self, block_id: str | None, payload: Any) -> int:
         source = self.seq_source
         seq: int | None = None
         if source == "provider":
-            seq = self.dialect.provider_seq(payload)
+            seq = self._provider_seq(payload)
         elif block_id is not None:
             if source == "proxy":
                 match = _PROXY_ID.fullmatch(block_id)
@@ -337,28 +352,30 @@ class StreamReceiver:
 
     # -- the body's shape ---------------------------------------------------------------------
 
-    def _sniff(self, data: bytes) -> SSEDecoder | NDJSONDecoder | None:
-        """Look at the first non-whitespace byte: ``{`` is NDJSON, ``[`` a Gemini JSON array."""
+    def _sniff(self, data: bytes) -> Decoder | None:
+        """Look at the first non-whitespace byte: a framing's own first byte names the dialect
+        (``{``: Ollama's NDJSON), ``[`` is a JSON array (Gemini without ``alt=sse``)."""
         head = self._head
         head += data
         first = next((b for b in head if b not in _WHITESPACE), None)
         if first is None:
             return None
-        if first == 0x5B:  # "["
+        dialect = self.dialect
+        array_body = _ARRAY_BODY if dialect is None else dialect.json_array_body
+        if first == 0x5B and array_body is not None:  # "["
             self._fail(
                 PayloadError(
-                    "the body is a JSON array, not Server-Sent Events: Gemini streams as SSE "
-                    "only with ?alt=sse (streamGenerateContent without it returns one array)",
-                    line=1,
-                    offset=len(head) - len(head.lstrip(_WHITESPACE)),
+                    array_body, line=1, offset=len(head) - len(head.lstrip(_WHITESPACE))
                 )
             )
             return None
-        if self.dialect is None and first == 0x7B:  # "{"
-            self.dialect = get_dialect("ollama")
-            self._configure_message()
-        framing = self.dialect.framing if self.dialect is not None else "sse"
-        decoder = self._decoder = self._new_decoder(framing)
+        if dialect is None:
+            dialect = self.dialect = sniff_dialect(first)
+            if dialect is not None:
+                self._configure_message()
+        decoder = self._decoder = self._new_decoder(
+            dialect.framing if dialect is not None else None
+        )
         return decoder
 
     def _detect(self, frame: Any, t: float) -> Any:
@@ -372,13 +389,19 @@ class StreamReceiver:
         self._configure_message()
         return self.dialect
 
-    def _new_decoder(self, framing: str) -> SSEDecoder | NDJSONDecoder:
-        if (self.framing or framing) == "ndjson":
-            return NDJSONDecoder(max_event_size=self._max_event_size)
-        return SSEDecoder(max_event_size=self._max_event_size, last_event_id=self._last_event_id)
+    def _new_decoder(self, framing: Framing | None) -> Decoder:
+        """A decoder for the dialect's framing (``None``: not known yet, SSE), unless the
+        receiver was told another framing."""
+        chosen = self.framing or framing or SSE
+        return chosen.new_decoder(self._max_event_size, self._last_event_id)
+
+    def _text_framing(self) -> bool:
+        framing = self.framing or (self.dialect.framing if self.dialect is not None else SSE)
+        return framing.text
 
     def _configure_message(self) -> None:
-        self.message.expect_end_marker = self.dialect.name not in _NO_END_MARKER
+        assert self.dialect is not None
+        self.message.expect_end_marker = self.dialect.end_marker
 
     # -- endings ------------------------------------------------------------------------------
 
@@ -397,14 +420,16 @@ class StreamReceiver:
         self.message.close(err)
 
 
-def _note_unterminated_tail(message: Message, tail: bytes) -> None:
+def _note_unterminated_tail(message: Message, tail: bytes, *, text: bool = True) -> None:
     """Evidence about a body that ended inside a frame (the decoder's ``unterminated``): warn
-    about a non-empty tail, and about half a UTF-8 character at its very end."""
+    about a non-empty tail, and (for a text framing) about half a UTF-8 character at its end."""
     if not tail:
         return
     message.warn(
         "unterminated_tail", f"{len(tail)} bytes after the last complete frame: {tail[:80]!r}"
     )
+    if not text:
+        return
     try:
         tail.decode("utf-8")
     except UnicodeDecodeError as bad:
@@ -453,6 +478,3 @@ def parse(
     receiver.receive_eof(t)
     return receiver.message
 
-
-# Dialects whose protocol has no end marker after the finish reason.
-_NO_END_MARKER = frozenset({"gemini", "openai-responses"})

@@ -1,7 +1,10 @@
 """Tool calls assembled from their deltas.
 
-A call's arguments arrive as fragments of JSON text, keyed by the provider's index for the call;
-they are kept as a list of parts and joined on access (receiving stays linear in the body), and
+A call's arguments arrive as fragments of JSON text. A delta belongs to the call its id names;
+one without an id to the call at its index (the provider's position for the call). A new id at
+an index another call holds is a new call: some providers (Ollama's OpenAI-compatible API) give
+every parallel call index 0, and keyed by index alone they would merge into one. The arguments
+are kept as a list of parts and joined on access (receiving stays linear in the body), and
 parsed once, when the finish reason or the close comes. A resume may continue a call that the
 interruption had closed: its arguments are then open again.
 """
@@ -48,30 +51,45 @@ class _Parts:
 class ToolCalls:
     """The calls of one message, in the order their first delta came."""
 
-    __slots__ = ("_calls",)
+    __slots__ = ("_by_id", "_by_index", "_calls")
 
     def __init__(self) -> None:
-        self._calls: dict[int, _Parts] = {}
+        self._calls: list[_Parts] = []
+        self._by_index: dict[int, _Parts] = {}  # the latest call at each index
+        self._by_id: dict[str, _Parts] = {}
 
-    def add(self, event: ToolCallDelta) -> None:
-        parts = self._calls.get(event.index)
+    def add(self, event: ToolCallDelta) -> str | None:
+        """Add one delta; returns a warning when it reuses another call's index."""
+        reused = None
+        call_id = event.id
+        parts = self._by_id.get(call_id) if call_id is not None else None
         if parts is None:
-            parts = self._calls[event.index] = _Parts(event.index)
+            parts = self._by_index.get(event.index)
+            if parts is not None and call_id is not None and parts.id not in (None, call_id):
+                reused = (f"tool call {call_id!r} reuses index {event.index} of call "
+                          f"{parts.id!r}: kept as a call of its own")
+                parts = None
+        if parts is None:
+            parts = _Parts(event.index)
+            self._calls.append(parts)
+            self._by_index[event.index] = parts
         elif parts.complete:  # a resume continues a call that the interruption had closed
             parts.complete = False
             parts.parts = [parts.arguments or ""]
             parts.value = None
-        if event.id is not None and parts.id is None:
-            parts.id = event.id
+        if call_id is not None and parts.id is None:
+            parts.id = call_id
+            self._by_id[call_id] = parts
         if event.name is not None and parts.name is None:
             parts.name = event.name
         if event.arguments:
             parts.parts.append(event.arguments)
+        return reused
 
     def complete(self) -> list[str]:
         """Close every open call and parse its arguments; what could not be parsed, said."""
         problems = []
-        for parts in self._calls.values():
+        for parts in self._calls:
             if parts.complete:
                 continue
             parts.complete = True
@@ -87,7 +105,7 @@ class ToolCalls:
 
     def calls(self) -> list[ToolCall]:
         out = []
-        for parts in self._calls.values():
+        for parts in self._calls:
             arguments = parts.arguments if parts.complete else joined(parts.parts)
             out.append(ToolCall(
                 parts.id, parts.name, arguments if arguments is not None else "", parts.value,

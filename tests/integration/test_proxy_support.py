@@ -21,6 +21,7 @@ from tests.servers import serve_in_thread
 from unbroken.framing import NDJSONDecoder, SSEDecoder
 from unbroken.mock import reply_deltas
 from unbroken.proxy import ProxyApp, ProxyConfig, create_app
+from unbroken.proxy.config import PROVIDERS
 from unbroken.receiver import StreamReceiver
 
 DIALECTS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
@@ -80,7 +81,7 @@ OLLAMA_GENERATE = Call("ollama", "/api/generate", {"model": "m", "prompt": "hi"}
 
 def proxy_config(mock: str, **options: Any) -> ProxyConfig:
     options.setdefault("store", "memory://")
-    return ProxyConfig(openai=mock, anthropic=mock, gemini=mock, ollama=mock, **options)
+    return ProxyConfig(origins=dict.fromkeys(PROVIDERS, mock), **options)
 
 
 @contextmanager

@@ -299,7 +299,7 @@ def test_undocumented_shape_is_a_payload_error() -> None:
 
 def test_dialect_metadata_and_detection() -> None:
     dialect = get_dialect("ollama")
-    assert (dialect.name, dialect.framing, dialect.media_type) == (
+    assert (dialect.name, dialect.framing.name, dialect.media_type) == (
         "ollama",
         "ndjson",
         "application/x-ndjson",

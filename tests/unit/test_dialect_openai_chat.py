@@ -155,6 +155,7 @@ FINISH_CASES = [
     ("function_call", Status.COMPLETED, FinishReason.TOOL_CALLS),
     ("length", Status.TRUNCATED, FinishReason.LENGTH),
     ("content_filter", Status.FILTERED, FinishReason.CONTENT_FILTER),
+    ("error", Status.FAILED, FinishReason.ERROR),  # OpenRouter
     ("eos", Status.COMPLETED, FinishReason.OTHER),
 ]
 

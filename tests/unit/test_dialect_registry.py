@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import pytest
 
-from unbroken.dialects import DIALECT_NAMES, DONE, detect_dialect, get_dialect
+from unbroken.dialects import (
+    DIALECT_NAMES,
+    DIALECTS,
+    DONE,
+    PROVIDERS,
+    detect_dialect,
+    get_dialect,
+    sniff_dialect,
+)
 from unbroken.framing import JSONLine, ServerSentEvent
 
 
 def test_names() -> None:
-    assert DIALECT_NAMES == ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
+    assert DIALECT_NAMES == (
+        "openai-chat", "openai-responses", "anthropic", "gemini", "ollama", "bedrock-converse"
+    )
+    assert DIALECT_NAMES == tuple(cls.name for cls in DIALECTS)
+    assert [provider.name for provider in PROVIDERS] == [
+        "openai", "anthropic", "gemini", "ollama", "bedrock"
+    ]
+
+
+def test_a_body_is_told_by_its_first_byte_only_where_one_framing_starts_so() -> None:
+    ollama, bedrock = sniff_dialect(ord("{")), sniff_dialect(0)
+    assert ollama is not None and ollama.name == "ollama"
+    assert bedrock is not None and bedrock.name == "bedrock-converse"
+    assert sniff_dialect(ord("d")) is None  # "data:": SSE, told by the first frame
 
 
 @pytest.mark.parametrize(
@@ -20,18 +41,20 @@ def test_names() -> None:
         ("anthropic", "sse", "text/event-stream"),
         ("gemini", "sse", "text/event-stream"),
         ("ollama", "ndjson", "application/x-ndjson"),
+        ("bedrock-converse", "eventstream", "application/vnd.amazon.eventstream"),
     ],
 )
 def test_each_dialect(name: str, framing: str, media_type: str) -> None:
     first, second = get_dialect(name), get_dialect(name)
     assert first is not second  # one object per stream: they keep per-stream state
-    assert (first.name, first.framing, first.media_type) == (name, framing, media_type)
+    assert (first.name, first.framing.name, first.media_type) == (name, framing, media_type)
 
 
 @pytest.mark.parametrize("name", ["openai", "auto", "", "Anthropic"])
 def test_unknown_name_lists_the_valid_ones(name: str) -> None:
     with pytest.raises(
-        ValueError, match="openai-chat, openai-responses, anthropic, gemini, ollama"
+        ValueError,
+        match="openai-chat, openai-responses, anthropic, gemini, ollama, bedrock-converse",
     ):
         get_dialect(name)
 

@@ -439,11 +439,23 @@ def test_tool_calls_are_assembled_by_index_and_parsed_at_the_finish() -> None:
 def test_tool_call_id_and_name_keep_their_first_value() -> None:
     message = Message()
     message.commit(1, [ToolCallDelta(seq=1, index=3, id="a", name="f", arguments="[1")])
-    message.commit(2, [ToolCallDelta(seq=2, index=3, id="b", name="g", arguments=",2]")])
+    message.commit(2, [ToolCallDelta(seq=2, index=3, name="g", arguments=",2]")])
     message.close()
     assert message.tool_calls == [
         ToolCall(index=3, id="a", name="f", arguments="[1,2]", value=[1, 2])
     ]
+
+
+def test_another_id_at_a_calls_index_is_another_call() -> None:
+    message = Message()
+    message.commit(1, [ToolCallDelta(seq=1, index=3, id="a", name="f", arguments="[1]")])
+    message.commit(2, [ToolCallDelta(seq=2, index=3, id="b", name="g", arguments="[2]")])
+    message.close()
+    assert message.tool_calls == [
+        ToolCall(index=3, id="a", name="f", arguments="[1]", value=[1]),
+        ToolCall(index=3, id="b", name="g", arguments="[2]", value=[2]),
+    ]
+    assert codes(message)[0] == "tool_index_reused"
 
 
 def test_tool_arguments_that_are_not_json_keep_the_text_and_warn() -> None:

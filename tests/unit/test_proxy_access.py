@@ -88,6 +88,9 @@ def test_parse_event_id() -> None:
     assert parse_event_id(f"{sid}:-1") is None
     assert parse_event_id(f"{sid}:\uff11") is None  # a non-ASCII digit
     assert parse_event_id("ub_xyz:3") is None
+    assert parse_event_id(f"{sid}:{2**63 - 1}") == (sid, 2**63 - 1)
+    assert parse_event_id(f"{sid}:{2**63}") is None  # past a journal's 64-bit seq
+    assert parse_event_id(f"{sid}:" + "9" * 30) is None
 
 
 def test_a_stream_token_never_reads_as_a_command_line_option() -> None:

@@ -27,14 +27,16 @@ def test_parse_duration() -> None:
 
 
 def test_origins_are_normalized_and_checked() -> None:
-    config = ProxyConfig(openai="http://127.0.0.1:9000/", store="memory://")
-    assert config.openai == "http://127.0.0.1:9000"
+    config = ProxyConfig(origins={"openai": "http://127.0.0.1:9000/"}, store="memory://")
+    assert config.origin("openai") == "http://127.0.0.1:9000"
     assert config.origin("anthropic") == "https://api.anthropic.com"
-    assert config.ollama == "http://127.0.0.1:11434"
+    assert config.origin("ollama") == "http://127.0.0.1:11434"
     with pytest.raises(ValueError, match="no path"):
-        ProxyConfig(openai="http://h/v1")
+        ProxyConfig(origins={"openai": "http://h/v1"})
     with pytest.raises(ValueError, match="scheme://host"):
-        ProxyConfig(gemini="h:80")
+        ProxyConfig(origins={"gemini": "h:80"})
+    with pytest.raises(ValueError, match="unknown provider 'azure'"):
+        ProxyConfig(origins={"azure": "https://x.example"})
     with pytest.raises(ValueError, match="retention"):
         ProxyConfig(retention=0)
 
@@ -54,7 +56,7 @@ def test_command_line_flags() -> None:
     ])
     config = config_from_args(args)
     assert (args.host, args.port) == ("127.0.0.1", 8123)
-    assert (config.openai, config.anthropic, config.gemini, config.ollama) == (
+    assert tuple(map(config.origin, ("openai", "anthropic", "gemini", "ollama"))) == (
         "http://127.0.0.1:9", "http://127.0.0.1:10", "http://127.0.0.1:9", "http://127.0.0.1:9"
     )
     assert (config.store, config.on_disconnect, config.cancel_after, config.retention) == (
@@ -62,7 +64,7 @@ def test_command_line_flags() -> None:
     )
     defaults = config_from_args(build_parser().parse_args([]))
     assert defaults.store == "sqlite:///unbroken.db"
-    assert defaults.openai == "https://api.openai.com"
+    assert defaults.origin("openai") == "https://api.openai.com"
 
 
 def test_endpoints() -> None:

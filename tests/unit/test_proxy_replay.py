@@ -27,6 +27,8 @@ def test_events_cursor_prefers_last_event_id() -> None:
         ({}, {"after": "-1"}),
         ({}, {"after": "2.5"}),
         ({}, {"after": "\uff13"}),
+        ({"last-event-id": f"{SID}:" + "9" * 30}, {}),  # past a journal's 64-bit seq
+        ({}, {"after": str(2**63)}),
     ],
 )
 def test_events_cursor_refuses_what_does_not_name_a_seq_of_this_stream(

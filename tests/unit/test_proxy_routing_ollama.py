@@ -13,7 +13,8 @@ OLLAMA_STREAM = Endpoint(provider="ollama", dialect="ollama")
 def test_ollama_generation_endpoints_stream_unless_told_not_to(path: str) -> None:
     endpoint = endpoint_for("POST", path, {})
     assert endpoint == OLLAMA_STREAM
-    assert (endpoint.framing, endpoint.streams_as("application/x-ndjson")) == ("ndjson", True)
+    framing = endpoint.spec.framing.name
+    assert (framing, endpoint.streams_as("application/x-ndjson")) == ("ndjson", True)
     assert wants_stream(endpoint, b'{"model": "m", "prompt": "hi"}', {}) is True
     assert wants_stream(endpoint, b"", {}) is True
     assert wants_stream(endpoint, b'{"model": "m", "stream": true}', {}) is True

@@ -6,6 +6,7 @@ import pytest
 
 from unbroken.errors import PayloadError
 from unbroken.finish import FinishReason, Status
+from unbroken.framing import SSE
 from unbroken.receiver import StreamReceiver
 
 LINES = [
@@ -17,7 +18,7 @@ LINES = [
 
 def test_ollama_lines_served_as_sse_with_proxy_ids() -> None:
     body = "".join(f"id: ub_x:{n}\ndata: {line}\n\n" for n, line in enumerate(LINES, 1)).encode()
-    receiver = StreamReceiver("ollama", framing="sse")
+    receiver = StreamReceiver("ollama", framing=SSE)
     frames = [f for i in range(len(body)) for f in receiver.receive_data(body[i : i + 1])]
     receiver.receive_eof()
     assert [f.seq for f in frames] == [1, 2, 3]
@@ -29,7 +30,7 @@ def test_ollama_lines_served_as_sse_with_proxy_ids() -> None:
 
 
 def test_malformed_json_in_an_ollama_sse_frame_fails_with_payload_error() -> None:
-    receiver = StreamReceiver("ollama", framing="sse")
+    receiver = StreamReceiver("ollama", framing=SSE)
     receiver.receive_data(f"data: {LINES[0]}\n\ndata: {{nope\n\n".encode())
     message = receiver.message
     assert message.status is Status.FAILED
@@ -38,5 +39,5 @@ def test_malformed_json_in_an_ollama_sse_frame_fails_with_payload_error() -> Non
 
 
 def test_unknown_framing_is_refused() -> None:
-    with pytest.raises(ValueError, match="framing must be 'sse' or 'ndjson'"):
+    with pytest.raises(ValueError, match="framing must be a Framing"):
         StreamReceiver("ollama", framing="xml")  # type: ignore[arg-type]

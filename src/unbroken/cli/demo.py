@@ -210,7 +210,7 @@ def run_web(arguments: argparse.Namespace) -> int:
     from ..mock import create_app as create_mock
     from ..proxy import ProxyConfig
     from ..proxy import create_app as create_proxy
-    from ..proxy.config import cors_origin
+    from ..proxy.config import PROVIDERS, cors_origin
     from ..web import with_demo_page
 
     out = console()
@@ -221,9 +221,8 @@ def run_web(arguments: argparse.Namespace) -> int:
         return EXIT_USAGE
     with tempfile.TemporaryDirectory(prefix="unbroken-demo-") as tmp:
         with serve_in_thread(create_mock()) as upstream:
-            config = ProxyConfig(openai=upstream, anthropic=upstream, gemini=upstream,
-                                 ollama=upstream, store=f"sqlite:///{tmp}/journal.db",
-                                 cors_origins=origins)
+            config = ProxyConfig(origins=dict.fromkeys(PROVIDERS, upstream),
+                                 store=f"sqlite:///{tmp}/journal.db", cors_origins=origins)
             with serve_in_thread(with_demo_page(create_proxy(config)),
                                  port=arguments.port) as proxy:
                 out.print(f"open [bold]{proxy}/[/] (mock upstream {upstream}); Ctrl-C stops")
@@ -242,6 +241,7 @@ def run(arguments: argparse.Namespace) -> int:
     from ..mock import reply_text
     from ..proxy import ProxyConfig
     from ..proxy import create_app as create_proxy
+    from ..proxy.config import PROVIDERS
 
     out = console()
     started = time.monotonic()
@@ -249,8 +249,8 @@ def run(arguments: argparse.Namespace) -> int:
     results: list[SceneResult] = []
     with tempfile.TemporaryDirectory(prefix="unbroken-demo-") as tmp:
         with serve_in_thread(create_mock()) as upstream:
-            config = ProxyConfig(openai=upstream, anthropic=upstream, gemini=upstream,
-                                 ollama=upstream, store=f"sqlite:///{tmp}/journal.db")
+            config = ProxyConfig(origins=dict.fromkeys(PROVIDERS, upstream),
+                                 store=f"sqlite:///{tmp}/journal.db")
             with serve_in_thread(create_proxy(config)) as proxy:
                 if not arguments.json:
                     out.print(f"mock upstream {upstream}  ·  unbroken proxy {proxy}  ·  "

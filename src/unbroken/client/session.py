@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..events import ErrorEvent, Event, MessageStart, ReasoningDelta, TextDelta, ToolCallDelta
 from ..finish import Status
-from ..framing import ServerSentEvent
+from ..framing import FRAMINGS, SSE, Framing, ServerSentEvent
 from ..message import Message
 from ..receiver import StreamReceiver
 from .capture import CANCELLED, CaptureWriter, ConnectionKind
@@ -45,8 +45,6 @@ __all__ = ["LONGEST_SERVER_DELAY", "Request", "StreamSession"]
 # A server asking for a longer pause than this is not worth waiting for inside one call.
 LONGEST_SERVER_DELAY = 60.0
 _VISIBLE = frozenset({TextDelta, ReasoningDelta, ToolCallDelta})
-_MEDIA_TYPES = {"sse": ("text/event-stream",), "ndjson": ("application/x-ndjson",
-                                                         "application/json")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,16 +162,16 @@ class StreamSession:
             self._stream_id = stream_id
         media = headers.get("content-type", "").split(";")[0].strip().lower()
         framing = self._framing()
-        if framing == "ndjson" and media == "text/event-stream" and stream_id:
-            # JSON lines served as SSE by an unbroken proxy (GET /v1/streams/{id}/events); from
-            # any other server an SSE answer to an NDJSON dialect stays a ContentTypeError.
-            framing = "sse"
+        if framing is not None and framing is not SSE and SSE.accepts(media) and stream_id:
+            # Frames served as SSE by an unbroken proxy (GET /v1/streams/{id}/events); from
+            # any other server an SSE answer to another framing stays a ContentTypeError.
+            framing = SSE
             if self._kind == "resume":
-                self.receiver.framing = "sse"
+                self.receiver.framing = SSE
             else:
-                self.receiver = StreamReceiver(self.dialect, trace=self.trace, framing="sse")
-        expected = _MEDIA_TYPES.get(framing, ()) if framing else (*_MEDIA_TYPES["sse"],
-                                                                 *_MEDIA_TYPES["ndjson"])
+                self.receiver = StreamReceiver(self.dialect, trace=self.trace, framing=SSE)
+        framings = (framing,) if framing is not None else FRAMINGS
+        expected = tuple(media_type for each in framings for media_type in each.media_types)
         if media not in expected:
             raise ContentTypeError(media, " or ".join(expected))
         if self._kind == "resume":
@@ -350,7 +348,8 @@ class StreamSession:
         return by_position_through_proxy(self.receiver, self.message.last_seq, self._stream_id)
 
     def _note_response_id(self, event: MessageStart) -> None:
-        if not event.id or self.receiver.dialect_name not in ("openai-responses", "auto"):
+        dialect = self.receiver.dialect
+        if not event.id or (dialect is not None and not dialect.resumes_upstream):
             return
         if is_background(self.content):
             self._background_id = event.id
@@ -359,11 +358,11 @@ class StreamSession:
         assert self._background_id is not None
         return background_url(self.url, self._background_id, self.message.last_seq)
 
-    def _framing(self) -> str | None:
+    def _framing(self) -> Framing | None:
         dialect = self.receiver.dialect
         if dialect is None:
             return None
-        return self.receiver.framing or str(dialect.framing)
+        return self.receiver.framing or dialect.framing
 
 
 def _without_body_headers(headers: dict[str, str]) -> dict[str, str]:

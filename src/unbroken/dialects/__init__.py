@@ -1,48 +1,90 @@
 """Provider wire formats: one module per dialect, frames in, normalized events out.
 
+``DIALECTS`` is the one registry: every name, provider and route is derived from it.
 ``get_dialect(name)`` gives a fresh object for one stream; ``detect_dialect(frame)`` names the
-dialect of a body from its first frame (for ``dialect="auto"``).
+dialect of a body from its first frame and ``sniff_dialect(byte)`` from its first byte (for
+``dialect="auto"``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Final
 
 from ..jsonparse import loads
 from .anthropic import EVENT_TYPES as _ANTHROPIC_TYPES
 from .anthropic import AnthropicDialect
-from .base import DONE, Dialect
+from .base import DONE, Dialect, DialectBase
+from .bedrock_converse import BedrockConverseDialect
 from .gemini import GeminiDialect
 from .ollama import OllamaDialect
 from .openai_chat import OpenAIChatDialect
 from .openai_responses import OpenAIResponsesDialect
+from .routes import AsksStream, Provider, Route
 
-__all__ = ["DIALECT_NAMES", "DONE", "Dialect", "detect_dialect", "get_dialect"]
+__all__ = [
+    "DIALECTS",
+    "DIALECT_NAMES",
+    "DONE",
+    "PROVIDERS",
+    "AsksStream",
+    "BedrockConverseDialect",
+    "Dialect",
+    "Provider",
+    "Route",
+    "detect_dialect",
+    "dialect_class",
+    "find_dialect",
+    "get_dialect",
+    "sniff_dialect",
+]
 
-_DIALECTS: Final[dict[str, Callable[[], Dialect]]] = {
-    "openai-chat": OpenAIChatDialect,
-    "openai-responses": OpenAIResponsesDialect,
-    "anthropic": AnthropicDialect,
-    "gemini": GeminiDialect,
-    "ollama": OllamaDialect,
-}
+DIALECTS: Final[tuple[type[DialectBase], ...]] = (
+    OpenAIChatDialect,
+    OpenAIResponsesDialect,
+    AnthropicDialect,
+    GeminiDialect,
+    OllamaDialect,
+    BedrockConverseDialect,
+)
+"""Every dialect, once. Adding a provider is its module and one line here."""
 
-DIALECT_NAMES: Final = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
+_BY_NAME: Final = {cls.name: cls for cls in DIALECTS}
+DIALECT_NAMES: Final = tuple(_BY_NAME)
+PROVIDERS: Final[tuple[Provider, ...]] = tuple(
+    {cls.route.provider.name: cls.route.provider for cls in DIALECTS}.values()
+)
+"""The origins the proxy forwards to, in registry order."""
 
 _ANTHROPIC_EVENTS: Final = frozenset(key for key in _ANTHROPIC_TYPES if "/" not in key)
 _GEMINI_FIELDS: Final = ("candidates", "promptFeedback", "usageMetadata", "modelVersion")
 
 
-def get_dialect(name: str) -> Dialect:
-    """A new dialect object for one stream; ``ValueError`` for an unknown name."""
+def dialect_class(name: str) -> type[DialectBase]:
+    """The dialect registered under ``name``; ``ValueError`` for an unknown name."""
     try:
-        cls = _DIALECTS[name]
+        return _BY_NAME[name]
     except (KeyError, TypeError):
         raise ValueError(
             f"unknown dialect {name!r}; valid names: {', '.join(DIALECT_NAMES)}"
         ) from None
-    return cls()
+
+
+def find_dialect(name: str) -> type[DialectBase] | None:
+    """The dialect registered under ``name``, or ``None`` (a journal also holds app streams of
+    ``unbroken.server``, whose "dialect" is no provider's)."""
+    return _BY_NAME.get(name)
+
+
+def get_dialect(name: str) -> Dialect:
+    """A new dialect object for one stream; ``ValueError`` for an unknown name."""
+    return dialect_class(name)()
+
+
+def sniff_dialect(first: int) -> Dialect | None:
+    """The dialect of a body told by its first non-whitespace byte, when its framing is the only
+    one that starts so and one dialect alone uses that framing (``{``: Ollama's NDJSON)."""
+    found = [cls for cls in DIALECTS if cls.framing.sniff == first]
+    return found[0]() if len(found) == 1 else None
 
 
 def detect_dialect(frame: Any) -> str | None:
@@ -51,6 +93,8 @@ def detect_dialect(frame: Any) -> str | None:
     An NDJSON line is Ollama. An SSE event is judged by its name first (Anthropic and Responses
     name every event), then by the shape of its JSON data.
     """
+    if hasattr(frame, "headers"):
+        return BedrockConverseDialect.name
     if not hasattr(frame, "event"):
         return "ollama" if hasattr(frame, "value") else None
     event: str = frame.event

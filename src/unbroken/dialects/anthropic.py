@@ -24,6 +24,7 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from .base import DONE, PASS, SSEDialect, count, error_event, finish
+from .routes import Provider, Route
 
 __all__ = ["EVENT_TYPES", "RETRYABLE_ERRORS", "STOP_REASONS", "AnthropicDialect"]
 
@@ -76,6 +77,11 @@ RETRYABLE_ERRORS: Final = frozenset(
 
 class AnthropicDialect(SSEDialect):
     name = "anthropic"
+    route = Route(
+        provider=Provider(name="anthropic", default_origin="https://api.anthropic.com",
+                          prefixes=("/v1/messages",), headers=("anthropic-version",)),
+        paths=("/v1/messages",),
+    )
     _state = ("_started", "_tool_blocks")
 
     def __init__(self) -> None:

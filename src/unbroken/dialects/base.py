@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 from ..errors import PayloadError
 from ..events import (
@@ -22,8 +22,9 @@ from ..events import (
     UnknownEvent,
 )
 from ..finish import UNMAPPED, FinishReason, Status
-from ..framing import JSONLine, ServerSentEvent
+from ..framing import SSE, Framing, WireFrame
 from ..jsonparse import loads
+from .routes import Route
 
 __all__ = [
     "DONE",
@@ -39,7 +40,7 @@ __all__ = [
     "finish",
 ]
 
-Frame = ServerSentEvent | JSONLine
+Frame = WireFrame
 Handler = Callable[[Any, int], list[Event]]
 PartHandler = Callable[[Any, Any, int], list[Event]]
 FinishTable = Mapping[str, tuple[Status, FinishReason]]
@@ -65,11 +66,25 @@ DONE: Final = _Done()
 
 
 class Dialect(Protocol):
-    """One provider's wire format, for one stream."""
+    """One provider's wire format, for one stream, and everything else about that provider.
 
-    name: str
-    framing: Literal["sse", "ndjson"]
-    media_type: str
+    The receiver, the proxy, the client and the mock read the provider's attributes below; none
+    of them asks for a dialect by name.
+    """
+
+    # -- the provider as data ----------------------------------------------------------------
+    name: ClassVar[str]
+    framing: ClassVar[Framing]
+    media_type: ClassVar[str]  # what the provider's streaming response says it is
+    end_marker: ClassVar[bool]  # a marker ([DONE], message_stop) follows the finish reason
+    route: ClassVar[Route]  # the proxy's routes and the provider's default origin
+    # Why a body that is a JSON array is not this stream (Gemini without ?alt=sse), or None.
+    json_array_body: ClassVar[str | None]
+    numbered: ClassVar[bool]  # the provider numbers its frames (``provider_seq``)
+    resumes_upstream: ClassVar[bool]  # a cut stream continues upstream by its response id
+    # The POST body carries ids only when the request accepts text/event-stream (google-genai
+    # reads every other line as JSON).
+    ids_when_accepted: ClassVar[bool]
 
     def load(self, frame: Any) -> Any:
         """Parse the payload once: ``DONE`` for ``[DONE]``; ``PayloadError`` if malformed."""
@@ -108,13 +123,22 @@ def error_event(seq: int, type_: str, message: Any, retryable: bool, raw: Any) -
 class DialectBase(ABC):
     """Duplicate-safe dispatch and ``MessageStart`` bookkeeping shared by all dialects.
 
-    Subclasses set ``name``, ``framing``, ``media_type``, ``_state`` (the attribute names that
-    hold per-stream state) and implement ``_events``.
+    Subclasses set ``name``, ``route``, the provider attributes that differ from these
+    defaults, ``_state`` (the attribute names that hold per-stream state) and implement
+    ``_events``.
     """
 
-    name: str = ""
-    framing: Literal["sse", "ndjson"] = "sse"
-    media_type: str = "text/event-stream"
+    # -- the provider as data (see ``Dialect``) ------------------------------------------------
+    name: ClassVar[str] = ""
+    framing: ClassVar[Framing] = SSE
+    media_type: ClassVar[str] = "text/event-stream"
+    end_marker: ClassVar[bool] = True
+    route: ClassVar[Route]
+    json_array_body: ClassVar[str | None] = None
+    numbered: ClassVar[bool] = False
+    resumes_upstream: ClassVar[bool] = False
+    ids_when_accepted: ClassVar[bool] = False
+
     _state: tuple[str, ...] = ("_started",)
 
     def __init__(self) -> None:
@@ -148,6 +172,10 @@ class DialectBase(ABC):
     def _rewind(self, seq: int) -> None:
         """Before a replayed frame: put back what the state was when ``seq`` first came."""
         return None  # most dialects number nothing by arrival: nothing to put back
+
+    @abstractmethod
+    def load(self, frame: Any) -> Any:
+        """Parse the payload once (see ``Dialect.load``)."""
 
     @abstractmethod
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
@@ -200,9 +228,6 @@ class DialectBase(ABC):
 
 class SSEDialect(DialectBase):
     """A dialect carried by Server-Sent Events whose data is one JSON object per event."""
-
-    framing: Literal["sse", "ndjson"] = "sse"
-    media_type: str = "text/event-stream"
 
     def load(self, frame: Any) -> Any:
         data: str = frame.data

@@ -12,6 +12,7 @@ arrive whole (``functionCall.args`` is an object), never as argument fragments. 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -28,6 +29,7 @@ from ..events import (
 from ..finish import FinishReason, Status
 from ..jsonparse import dumps_compact
 from .base import DONE, PASS, SSEDialect, count, error_event, finish
+from .routes import AsksStream, Provider, Route
 
 __all__ = [
     "BLOCKED_PROMPT",
@@ -101,6 +103,22 @@ RETRYABLE_STATUSES: Final = frozenset(
 
 class GeminiDialect(SSEDialect):
     name = "gemini"
+    route = Route(
+        provider=Provider(name="gemini", default_origin="https://generativelanguage.googleapis.com",
+                          prefixes=("/v1beta/", "/v1alpha/", "/upload/"),
+                          headers=("x-goog-api-key",)),
+        # /v1beta/models/gemini-x:streamGenerateContent (google-genai 3 uses /v1/)
+        pattern=re.compile(
+            r"/(?:v1|v1beta|v1alpha)/(?:tunedModels|models)/[^/]+:(?P<method>[A-Za-z]+)"),
+        stream_methods=frozenset({"streamGenerateContent"}),
+        asks=AsksStream.QUERY_ALT_SSE,
+    )
+    end_marker = False
+    json_array_body = (
+        "the body is a JSON array, not Server-Sent Events: Gemini streams as SSE only with "
+        "?alt=sse (streamGenerateContent without it returns one array)"
+    )
+    ids_when_accepted = True
     _state = ("_started", "_calls")
 
     def __init__(self) -> None:

@@ -11,7 +11,7 @@ line ``{"error": "..."}``; the HTTP status stays 200.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from ..errors import PayloadError
 from ..events import (
@@ -25,9 +25,10 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
-from ..framing import ServerSentEvent
+from ..framing import NDJSON, ServerSentEvent
 from ..jsonparse import dumps_compact, loads
 from .base import NOTHING, PASS, DialectBase, count, error_event, finish
+from .routes import AsksStream, Provider, Route
 
 __all__ = ["EVENT_TYPES", "FINISH_REASONS", "OllamaDialect"]
 
@@ -62,8 +63,15 @@ STOP_WITH_TOOL_CALLS: Final = (Status.COMPLETED, FinishReason.TOOL_CALLS)
 
 class OllamaDialect(DialectBase):
     name = "ollama"
-    framing: Literal["sse", "ndjson"] = "ndjson"
+    framing = NDJSON
     media_type = "application/x-ndjson"
+    # Both generation endpoints stream the same lines (text in message.content or in response).
+    route = Route(
+        provider=Provider(name="ollama", default_origin="http://127.0.0.1:11434",
+                          prefixes=("/api/",)),
+        paths=("/api/chat", "/api/generate"),
+        asks=AsksStream.BODY_UNLESS_FALSE,
+    )
     _state = ("_started", "_calls")
 
     def __init__(self) -> None:

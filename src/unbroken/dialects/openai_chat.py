@@ -5,7 +5,12 @@ the body. Only choice 0 is the message (``n > 1`` streams interleave other choic
 passed through, never mixed into the text). With ``stream_options.include_usage`` a last chunk has
 ``"choices": []`` and the usage. OpenAI-compatible servers add ``reasoning_content`` (DeepSeek,
 vLLM) or ``reasoning`` (OpenRouter, Ollama) deltas, and report failures as a chunk holding an
-``error`` object.
+``error`` object. Mistral's reasoning models send ``content`` as a list of typed parts: ``text``
+parts are text, a ``thinking`` part holds a list of text parts that are reasoning. OpenRouter
+reports an error mid-stream as a chunk with both an ``error`` object and a choice whose
+``finish_reason`` is ``"error"``; Azure OpenAI sends ``prompt_filter_results`` in a chunk with no
+choices and ``content_filter_results`` beside each choice (passed through, its finish reason is
+``content_filter``).
 """
 
 from __future__ import annotations
@@ -25,15 +30,20 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from .base import DONE, NOTHING, PASS, SSEDialect, count, error_event, finish
+from .routes import Provider, Route
 
 __all__ = [
     "EVENT_TYPES",
     "FINISH_REASONS",
+    "OPENAI",
     "RETRYABLE_ERRORS",
     "OpenAIChatDialect",
     "is_usage_only_chunk",
     "with_usage_requested",
 ]
+
+OPENAI: Final = Provider(name="openai", default_origin="https://api.openai.com", fallback=True)
+"""OpenAI's origin, shared with the Responses dialect; requests no provider claims go here."""
 
 EVENT_TYPES: Final[Mapping[str, str]] = {
     "chat.completion.chunk": "chunk",  # choices and/or usage
@@ -57,6 +67,7 @@ FINISH_REASONS: Final[Mapping[str, tuple[Status, FinishReason]]] = {
     "function_call": (Status.COMPLETED, FinishReason.TOOL_CALLS),
     "length": (Status.TRUNCATED, FinishReason.LENGTH),
     "content_filter": (Status.FILTERED, FinishReason.CONTENT_FILTER),
+    "error": (Status.FAILED, FinishReason.ERROR),  # OpenRouter, with an error object
 }
 
 RETRYABLE_ERRORS: Final = frozenset({"server_error", "rate_limit_exceeded"})
@@ -64,6 +75,7 @@ RETRYABLE_ERRORS: Final = frozenset({"server_error", "rate_limit_exceeded"})
 
 class OpenAIChatDialect(SSEDialect):
     name = "openai-chat"
+    route = Route(provider=OPENAI, paths=("/v1/chat/completions",))
 
     def __init__(self) -> None:
         super().__init__()
@@ -118,6 +130,10 @@ class OpenAIChatDialect(SSEDialect):
         usage = payload.get("usage")
         if usage:
             out.append(_usage(usage, seq))
+        if payload.get("error"):
+            # OpenRouter: an error in a chunk that still has choices; its finish reason
+            # ("error") says no more than the error does.
+            return out + self._error(payload, seq)
         return out + end if end else out
 
     def _error(self, payload: Any, seq: int) -> list[Event]:
@@ -125,15 +141,38 @@ class OpenAIChatDialect(SSEDialect):
         if not isinstance(error, dict):
             return [error_event(seq, "error", str(error), False, payload)]
         code, kind = error.get("code"), error.get("type")
+        if type(code) is int:  # OpenRouter: the HTTP status the error would have had
+            retryable = code == 429 or code >= 500
+            code = str(code)
+        else:
+            retryable = False
         names = [name for name in (code, kind) if isinstance(name, str) and name]
-        retryable = any(name in RETRYABLE_ERRORS for name in names)
+        retryable = retryable or any(name in RETRYABLE_ERRORS for name in names)
         type_ = names[0] if names else "error"
         return [error_event(seq, type_, error.get("message"), retryable, payload)]
 
     # -- delta fields of choice 0 ---------------------------------------------------------------
 
     def _part_content(self, payload: Any, value: Any, seq: int) -> list[Event]:
-        return [TextDelta(seq=seq, text=value)] if isinstance(value, str) else []
+        if isinstance(value, str):
+            return [TextDelta(seq=seq, text=value)]
+        if not isinstance(value, list):
+            return [UnknownEvent(seq=seq, type="delta/content", raw=payload)]
+        out: list[Event] = []
+        for part in value:
+            kind = part.get("type")
+            if kind == "text":
+                text = part.get("text")
+                if isinstance(text, str) and text:
+                    out.append(TextDelta(seq=seq, text=text))
+            elif kind == "thinking":
+                for inner in part.get("thinking") or ():
+                    text = inner.get("text") if inner.get("type") == "text" else None
+                    if isinstance(text, str) and text:
+                        out.append(ReasoningDelta(seq=seq, text=text))
+            else:  # an image part, a reference ...: passed through, not guessed at
+                out.append(UnknownEvent(seq=seq, type=f"delta/content/{kind}", raw=payload))
+        return out
 
     def _part_reasoning(self, payload: Any, value: Any, seq: int) -> list[Event]:
         if isinstance(value, str):

@@ -24,6 +24,8 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from .base import DONE, PASS, SSEDialect, count, error_event, finish
+from .openai_chat import OPENAI
+from .routes import Route
 
 __all__ = [
     "COMPLETED_WITH_TOOL_CALLS",
@@ -120,6 +122,10 @@ RETRYABLE_ERRORS: Final = frozenset({"server_error", "rate_limit_exceeded"})
 
 class OpenAIResponsesDialect(SSEDialect):
     name = "openai-responses"
+    route = Route(provider=OPENAI, paths=("/v1/responses",))
+    end_marker = False
+    numbered = True
+    resumes_upstream = True
     _state = ("_started", "_saw_tool_call")
 
     def __init__(self) -> None:

@@ -1,4 +1,5 @@
-"""A fake LLM upstream: OpenAI, Anthropic, Gemini and Ollama streaming endpoints, with faults.
+"""A fake LLM upstream: OpenAI, Anthropic, Gemini, Ollama and Bedrock streaming endpoints, with
+faults.
 
 ``create_app()`` returns the ASGI app; ``python -m unbroken.mock --host 127.0.0.1 --port 8100``
 runs it under uvicorn. The mock writes every provider's wire bytes itself (it never uses this
@@ -14,6 +15,8 @@ Endpoints
   the same under ``/v1/models/`` (the default of google-genai);
 - ``POST /api/chat`` and ``POST /api/generate`` (ollama, NDJSON) stream unless the body says
   ``"stream": false``;
+- ``POST /model/{model}/converse-stream`` (bedrock-converse, AWS event stream) and
+  ``POST /model/{model}/converse`` (whole body); requests are not checked for a signature;
 - ``GET /_mock/requests`` -> ``{"generations": {path: n}, "resumes": {path: n}}`` (a path with
   no count is absent); ``POST /_mock/reset`` clears counts, status-fault attempts and stored
   background responses.
@@ -26,9 +29,10 @@ Usage numbers: 12 prompt tokens, ``tokens`` output tokens. Tool call (``finish=t
 
 Frames
 ------
-A *frame* is one SSE event or one NDJSON line. Frames are numbered 1, 2, 3 ... over the whole
-body; keep-alives sent for ``pings=1`` are not frames and are not numbered. T = ``tokens``.
-Text frames are the only frames that surely contain a multi-byte character.
+A *frame* is one SSE event, one NDJSON line or one event-stream message. Frames are numbered
+1, 2, 3 ... over the whole body; keep-alives sent for ``pings=1`` are not frames and are not
+numbered. T = ``tokens``. Text frames are the only frames that surely contain a multi-byte
+character.
 
 openai-chat (``data:`` only, LF)::
 
@@ -80,12 +84,22 @@ ollama (NDJSON, Go-style JSON: ``<``, ``>``, ``&`` escaped as ``\\u003c`` ...)::
     ({"response": <delta i>, "done": false}; last {"response": "", "done": true,
     "done_reason": ..., "context": [1, 2, 3], ...counts}); tool_calls is a 400 too.
 
+bedrock-converse (event-stream messages; JSON payloads padded with a ``p`` member)::
+
+    1 messageStart  2 .. T+1 contentBlockDelta (text, block 0)  T+2 contentBlockStop
+    tool_calls: T+3 contentBlockStart (toolUse id, name, block 1), T+4 and T+5 toolUse input
+                deltas, T+6 contentBlockStop
+    next messageStop (stopReason end_turn|max_tokens|content_filtered|tool_use)
+    last metadata (usage, metrics). finish=error: messageStop and metadata are replaced by one
+    ``modelStreamErrorException`` exception message. Totals: T+4 (+4 tool_calls); error T+3 (+4).
+
 Faults
 ------
 Data faults count frames of the layout above and are part of the body (a resume replays them):
 ``error_at=N`` replaces frame N with the provider's error (chat ``{"error": ...}`` chunk,
 Responses ``error`` event with sequence_number N-1, Anthropic ``error`` overloaded_error,
-Gemini ``{"error": {"code": 500, ...}}``, Ollama ``{"error": "..."}``) and ends the body there;
+Gemini ``{"error": {"code": 500, ...}}``, Ollama ``{"error": "..."}``, Bedrock a
+``modelStreamErrorException``) and ends the body there;
 ``malformed_json_at=N`` drops the last byte of frame N's payload (its closing brace);
 ``invalid_utf8_at=N`` replaces the first multi-byte character of frame N's payload with the byte
 0xFF (a frame without one gets 0xFF before its payload's last byte); ``duplicate=N``

@@ -18,6 +18,7 @@ from .scenario import Scenario, ScenarioError, parse_scenario
 from .state import MockState, StoredResponse
 from .wire import Dialect, Frame, Framing, Plan, encode
 from .wire_anthropic import ANTHROPIC
+from .wire_bedrock import BEDROCK_CONVERSE
 from .wire_gemini import GEMINI, json_array_body
 from .wire_ollama import OLLAMA, OLLAMA_GENERATE
 from .wire_openai_chat import OPENAI_CHAT
@@ -77,7 +78,7 @@ def _stream(delivery: Delivery, dialect: Dialect) -> Response:
 def _check_dialect(scenario: Scenario, dialect: Dialect) -> None:
     if scenario.finish not in dialect.finishes:
         raise ScenarioError("finish", f"{dialect.name} cannot express {scenario.finish}")
-    if scenario.sse_ids and dialect.framing is Framing.NDJSON:
+    if scenario.sse_ids and dialect.framing in (Framing.NDJSON, Framing.EVENT_STREAM):
         raise ScenarioError("sse_ids", f"{dialect.name} is not an SSE stream")
 
 
@@ -216,6 +217,14 @@ class MockApp:
         return await self.generate(request, GEMINI, model=model,
                                    stream=action == "streamGenerateContent")
 
+    async def bedrock(self, request: Request) -> Response:
+        # The path says whether it streams: /model/{id}/converse-stream or /model/{id}/converse.
+        model, action = request.path_params["model"], request.path_params["action"]
+        if action not in ("converse", "converse-stream"):
+            return _error(BEDROCK_CONVERSE, 404, f"unknown Bedrock operation {action!r}")
+        return await self.generate(request, BEDROCK_CONVERSE, model=model,
+                                   stream=action == "converse-stream")
+
     async def retrieve_response(self, request: Request) -> Response:
         response_id = request.path_params["response_id"]
         stored = self.state.background.get(response_id)
@@ -260,6 +269,7 @@ def create_app() -> Starlette:
         Route("/v1/models/{target}", mock.gemini, methods=["POST"]),
         Route("/api/chat", mock.ollama_chat, methods=["POST"]),
         Route("/api/generate", mock.ollama_generate, methods=["POST"]),
+        Route("/model/{model}/{action}", mock.bedrock, methods=["POST"]),
         Route("/_mock/requests", mock.requests, methods=["GET"]),
         Route("/_mock/reset", mock.reset, methods=["POST"]),
     ]

@@ -74,7 +74,7 @@ def apply_data_faults(frames: list[Frame], dialect: Dialect, scenario: Scenario)
             _check_frame(key, number, len(frames))
             frames[number - 1] = replace(frames[number - 1], data=damage(frames[number - 1].data))
     if scenario.duplicate is not None:
-        if dialect.name != "openai-responses":
+        if not dialect.numbered:
             raise ScenarioError("duplicate", "only openai-responses frames carry sequence numbers")
         _check_frame("duplicate", scenario.duplicate, len(frames))
         frames.insert(scenario.duplicate, frames[scenario.duplicate - 1])

@@ -1,13 +1,15 @@
 """What every provider format module shares: the plan of a reply, frames, and their encoding.
 
-A provider module turns a ``Plan`` into a list of ``Frame`` values (one SSE event or one NDJSON
-line each) and into the whole non-streaming body. ``encode`` writes a frame as wire bytes. The
-mock writes these bytes itself; it never uses the library's own parsers or dialects.
+A provider module turns a ``Plan`` into a list of ``Frame`` values (one SSE event, one NDJSON
+line or one AWS event-stream message each) and into the whole non-streaming body. ``encode``
+writes a frame as wire bytes. The mock writes these bytes itself; it never uses the library's
+own parsers or dialects.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -47,23 +49,29 @@ class Plan:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Frame:
-    """One SSE event (``event`` may be None) or one NDJSON line; ``data`` is the payload."""
+    """One SSE event (``event`` may be None), one NDJSON line or one event-stream message
+    (``event`` is its event type, or its exception type when ``exception``); ``data`` is the
+    payload."""
 
     data: bytes
     event: str | None = None
     sequence_number: int | None = None
+    exception: bool = False
 
 
 class Framing(Enum):
     SSE = "sse"
     SSE_CRLF = "sse-crlf"
     NDJSON = "ndjson"
+    EVENT_STREAM = "eventstream"
 
 
 def encode(frame: Frame, framing: Framing, frame_id: int | None = None) -> bytes:
     """The frame's bytes on the wire, with an ``id:`` line first when ``frame_id`` is given."""
     if framing is Framing.NDJSON:
         return frame.data + b"\n"
+    if framing is Framing.EVENT_STREAM:
+        return event_stream_message(frame)
     eol = b"\r\n" if framing is Framing.SSE_CRLF else b"\n"
     lines = []
     if frame_id is not None:
@@ -72,6 +80,26 @@ def encode(frame: Frame, framing: Framing, frame_id: int | None = None) -> bytes
         lines.append(b"event: " + frame.event.encode())
     lines.append(b"data: " + frame.data)
     return eol.join(lines) + eol + eol
+
+
+def event_stream_message(frame: Frame) -> bytes:
+    """An AWS event-stream message: prelude (total and headers length, their CRC32), string
+    headers as AWS services send them, the payload, and the CRC32 of all that."""
+    kind = ("exception", ":exception-type") if frame.exception else ("event", ":event-type")
+    headers = b"".join(
+        _string_header(name, value)
+        for name, value in ((kind[1], frame.event or ""), (":content-type", "application/json"),
+                            (":message-type", kind[0]))
+    )
+    total = 16 + len(headers) + len(frame.data)
+    prelude = total.to_bytes(4, "big") + len(headers).to_bytes(4, "big")
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + headers + frame.data
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
+def _string_header(name: str, value: str) -> bytes:
+    encoded = value.encode()
+    return bytes([len(name)]) + name.encode() + b"\x07" + len(encoded).to_bytes(2, "big") + encoded
 
 
 def compact_json(value: Any) -> bytes:
@@ -111,3 +139,4 @@ class Dialect:
     whole_body: Callable[[Plan], tuple[int, dict[str, Any]]]
     error_frame: Callable[[int], Frame]
     error_body: Callable[[int, str], dict[str, Any]]
+    numbered: bool = False  # frames carry the provider's sequence numbers

@@ -58,7 +58,8 @@ def _count(text: str) -> int:
 def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="A resumable streaming proxy for OpenAI, Anthropic, Gemini and Ollama.",
+        description="A resumable streaming proxy for OpenAI, Anthropic, Gemini, Ollama and "
+                    "Bedrock.",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -113,7 +114,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         if origin:
             origins[provider] = origin
     return ProxyConfig(
-        **origins,
+        origins=origins,
         store=args.store,
         on_disconnect=args.on_disconnect,
         cancel_after=args.cancel_after,

@@ -142,12 +142,11 @@ class ProxyApp:
 
     async def _sweep_forever(self) -> None:
         """Settle the streams of a producer that died while no reader watched them (readers
-        settle theirs at once): a replica sharing the journal (one lease period apart), a
-        sibling worker on the same SQLite file, or a producer of this process that lost its
-        journal (one renewal period apart)."""
-        shared = self.journal.follows_other_processes
+        settle theirs at once): a replica sharing the journal, a sibling worker on the same
+        SQLite file, or a producer of this process that lost its journal; one renewal period
+        apart, so a dead replica's streams end at most that long after its lease ran out."""
         while True:
-            await asyncio.sleep(self.config.lease_ttl if shared else self.config.lease_renew)
+            await asyncio.sleep(self.config.lease_renew)
             try:
                 await self.recovery.sweep()
             except Exception as error:  # the journal is away: the next round looks again
@@ -307,9 +306,16 @@ class ProxyApp:
             return self.launcher.refuse(body, endpoint.dialect)
         if not wants_stream(endpoint, body, request.query_params):
             return await self._pass_through(request, endpoint, body)
-        resume = parse_event_id(request.headers.get("last-event-id"))
+        last_event_id = request.headers.get("last-event-id", "").strip()
+        resume = parse_event_id(last_event_id)
         if resume is not None:
             return await self._resume(request, endpoint, *resume)
+        if last_event_id:
+            # Not an id of ours: a resume that cannot be served, never a second generation.
+            return JSONResponse(error_body(
+                endpoint.dialect, 400,
+                f"unbroken proxy: Last-Event-ID {last_event_id[:80]!r} is not an event id of "
+                "this proxy (<stream_id>:<seq>)"), status_code=400)
         return await self.launcher.start(request, endpoint, body)
 
     async def _resume(self, request: Request, endpoint: Endpoint, stream_id: str,

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
+from ..dialects import PROVIDERS as _PROVIDERS
 from ..framing import DEFAULT_MAX_EVENT_SIZE
 from ..streams.journal import journal_for
 
 __all__ = ["DEFAULT_ORIGINS", "PROVIDERS", "ProxyConfig", "cors_origin", "parse_duration"]
 
-PROVIDERS = ("openai", "anthropic", "gemini", "ollama")
-DEFAULT_ORIGINS = {
-    "openai": "https://api.openai.com",
-    "anthropic": "https://api.anthropic.com",
-    "gemini": "https://generativelanguage.googleapis.com",
-    "ollama": "http://127.0.0.1:11434",
-}
+PROVIDERS = tuple(provider.name for provider in _PROVIDERS)
+DEFAULT_ORIGINS = {provider.name: provider.default_origin for provider in _PROVIDERS}
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
 _UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
@@ -76,6 +73,9 @@ def cors_origin(value: str) -> str:
 class ProxyConfig:
     """Everything ``create_app`` needs. Durations are in seconds.
 
+    ``origins`` maps a provider's name (``PROVIDERS``: openai, anthropic ...) to the origin its
+    requests go to; a provider not named goes to its default (``DEFAULT_ORIGINS``).
+
     ``on_disconnect="cancel"`` stops a generation once no reader has been attached for
     ``cancel_after`` seconds (0 when unset); with ``"keep"`` (the default) a generation runs to
     its end, unless ``cancel_after`` is set, which then bounds how long it runs unread.
@@ -92,10 +92,7 @@ class ProxyConfig:
     that answers is journaled in the stream's state and kept out of the client's body.
     """
 
-    openai: str = DEFAULT_ORIGINS["openai"]
-    anthropic: str = DEFAULT_ORIGINS["anthropic"]
-    gemini: str = DEFAULT_ORIGINS["gemini"]
-    ollama: str = DEFAULT_ORIGINS["ollama"]
+    origins: Mapping[str, str] = field(default_factory=dict)
     store: str = "sqlite:///unbroken.db"
     on_disconnect: Literal["keep", "cancel"] = "keep"
     cancel_after: float | None = None
@@ -119,8 +116,14 @@ class ProxyConfig:
     cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for provider in PROVIDERS:
-            object.__setattr__(self, provider, _origin(provider, getattr(self, provider)))
+        unknown = sorted(set(self.origins) - set(PROVIDERS))
+        if unknown:
+            raise ValueError(f"origins: unknown provider {unknown[0]!r}; providers: "
+                             f"{', '.join(PROVIDERS)}")
+        object.__setattr__(self, "origins", {
+            provider: _origin(provider, self.origins.get(provider, default))
+            for provider, default in DEFAULT_ORIGINS.items()
+        })
         given: object = self.cors_origins  # a caller may pass a list, or one string by mistake
         if isinstance(given, str) or not isinstance(given, tuple | list):
             raise ValueError(f"cors_origins is a tuple of origins, not {given!r}")
@@ -154,8 +157,7 @@ class ProxyConfig:
         journal_for(self.store)  # a store URL it cannot name is refused here, not at startup
 
     def origin(self, provider: str) -> str:
-        origin: str = getattr(self, provider)
-        return origin
+        return self.origins[provider]
 
     @property
     def idle_cancel_after(self) -> float | None:

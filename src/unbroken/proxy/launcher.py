@@ -223,7 +223,7 @@ class Launcher:
             headers=request_headers(request.headers.items(), identity=True),
             body=body if asking is None else asking,
             origin=origin,
-            background=endpoint.dialect == "openai-responses" and _background(body),
+            background=endpoint.spec.resumes_upstream and _background(body),
             usage_asked=asking is not None,
         )
         producer: Producer | None = None
@@ -341,7 +341,10 @@ class Launcher:
             claimed = await self.journal.claim_idempotent(claim, self._claimer,
                                                           self.config.lease_ttl)
             if not claimed:
-                return None  # another replica is re-attaching it: the reader follows that one
+                # Another replica is re-attaching it: the reader follows that one, once it has
+                # reopened the stream (a moment: it re-reads the journaled frames first).
+                await self._reopened_elsewhere(stream_id)
+                return None
             latest = await self.journal.get(stream_id, with_text=False)
             if latest is not None and reattachable(latest):
                 producer = await continue_upstream(
@@ -360,6 +363,17 @@ class Launcher:
                 if claimed:
                     await self.journal.release_idempotent(claim, self._claimer)
         return None
+
+    async def _reopened_elsewhere(self, stream_id: str) -> None:
+        """Wait (one lease period at most) until the stream is no longer waiting for its
+        re-attach: live again, or ended."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.lease_ttl
+        while loop.time() < deadline:
+            latest = await self.journal.get(stream_id, with_text=False)
+            if latest is None or not reattachable(latest):
+                return
+            await asyncio.sleep(_CLAIM_POLL_S)  # rare: two replicas got one resume at once
 
     def refuse(self, refusal: Refusal, dialect: str | None) -> Response:
         self.metrics.refusals[refusal.status] += 1

@@ -20,12 +20,19 @@ from collections.abc import AsyncIterator
 
 from starlette.responses import StreamingResponse
 
+from ..framing import SSE
 from ..normalized_sse import MEDIA_TYPE, NormalizedEncoder, StreamEnding
 from ..receiver import StreamReceiver
 from ..streams.journal import Journal
 from .producer_lost import reattachable
 from .replay import SSE_HEADERS
-from .wire import KEEPALIVE_COMMENT, Downstream, proxy_error_message
+from .wire import (
+    KEEPALIVE_COMMENT,
+    Downstream,
+    framing_of,
+    proxy_error_message,
+    upstream_framing,
+)
 
 __all__ = ["normalized_response"]
 
@@ -33,8 +40,12 @@ __all__ = ["normalized_response"]
 async def normalized_body(journal: Journal, stream_id: str, dialect: str, after: int,
                           keepalive: float) -> AsyncIterator[bytes]:
     encoder = NormalizedEncoder(stream_id, after=after)
-    receiver = StreamReceiver(dialect, message=encoder.message, framing="sse")
-    framing = Downstream(media_type="text/event-stream", dialect=dialect, keepalive=None)
+    if framing_of(dialect).text:  # frames as SSE with the proxy's ids: seqs as journaled
+        receiver = StreamReceiver(dialect, message=encoder.message, framing=SSE)
+        framing = Downstream(media_type="text/event-stream", dialect=dialect, keepalive=None)
+    else:  # a binary framing has no ids: frames from seq 1 on are numbered by position
+        receiver = StreamReceiver(dialect, message=encoder.message)
+        framing = upstream_framing(dialect, "")
     follow = journal.follow(stream_id, 0, keepalive=keepalive)
     try:
         async for batch in follow:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..dialects import find_dialect
 from ..finish import Status
 from ..streams.app_stream import recovered_end as app_recovered_end
 from ..streams.journal import FrameRecord, StreamRecord
@@ -27,8 +28,10 @@ __all__ = ["reattachable", "recovered_end"]
 def reattachable(record: StreamRecord) -> bool:
     """A stream left by a dead producer that its upstream can continue (Responses background)."""
     state = record.state
+    spec = find_dialect(record.meta.dialect)
     return (
-        record.meta.dialect == "openai-responses"
+        spec is not None
+        and spec.resumes_upstream
         and record.meta.background
         and state.provider_id is not None
         and state.status is Status.INTERRUPTED
@@ -59,6 +62,7 @@ def recovered_end(record: StreamRecord) -> tuple[dict[str, Any], FrameRecord | N
 def _next_provider_seq(record: StreamRecord) -> int | None:
     # The Responses error event continues the provider's numbering; a foreground Responses
     # stream's last frame number is its last seq minus one (sequence_number starts at 0).
-    if record.meta.dialect != "openai-responses":
+    spec = find_dialect(record.meta.dialect)
+    if spec is None or not spec.numbered:
         return None
     return record.state.last_seq

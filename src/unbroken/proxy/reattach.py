@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import httpx2
 
+from ..dialects import dialect_class
 from ..finish import Status
 from ..receiver import StreamReceiver
 from ..streams.journal import FrameRecord, Journal, Lease, StreamRecord
@@ -64,12 +65,13 @@ async def continue_upstream(
     stream_id = record.meta.stream_id
     if journal.tail(stream_id) is not None or receiver.message.id is None:
         return None
-    origin = config.origin("openai")
+    route = dialect_class(record.meta.dialect).route
+    origin = config.origin(route.provider.name)
     state = replace(record.state, status=Status.STREAMING, updated=time.time(), error=None)
     tail = await journal.reopen(stream_id, state, lease)
     producer = Producer(
         journal=journal, client=client, config=config, meta=record.meta, tail=tail,
-        request=UpstreamRequest(url=origin + "/v1/responses", headers=headers, body=b"",
+        request=UpstreamRequest(url=origin + route.paths[0], headers=headers, body=b"",
                                 origin=origin, background=True),
         response=None,
     )

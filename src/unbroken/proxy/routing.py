@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..dialects import DIALECTS, PROVIDERS, AsksStream, Provider, dialect_class
+from ..dialects.base import DialectBase
+
 __all__ = [
-    "OLLAMA_STREAM_PATHS",
     "Endpoint",
     "endpoint_for",
     "request_headers",
@@ -22,13 +23,7 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
     "te", "trailer", "transfer-encoding", "upgrade",
 })
-# Gemini's methods: /v1beta/models/gemini-x:streamGenerateContent (google-genai 3 uses /v1/).
-_GEMINI_METHOD = re.compile(r"/(?:v1|v1beta|v1alpha)/(?:tunedModels|models)/[^/]+:([A-Za-z]+)")
-# Ollama's two generation endpoints stream the same NDJSON lines (text in ``message.content`` or
-# in ``response``); the ``ollama`` dialect reads both.
-OLLAMA_STREAM_PATHS = frozenset({"/api/chat", "/api/generate"})
-_MEDIA_TYPES = {"ndjson": ("application/x-ndjson", "application/json"),
-                "sse": ("text/event-stream",)}
+_FALLBACK = next(provider for provider in PROVIDERS if provider.fallback)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,44 +34,43 @@ class Endpoint:
     dialect: str | None = None
 
     @property
-    def framing(self) -> str:
-        return "ndjson" if self.dialect == "ollama" else "sse"
+    def spec(self) -> type[DialectBase]:
+        """The dialect's class (its framing, routes ...); only for an endpoint that streams."""
+        assert self.dialect is not None
+        return dialect_class(self.dialect)
 
     def streams_as(self, content_type: str) -> bool:
         """True if an upstream answer with this content type is the stream we expect."""
-        media = content_type.partition(";")[0].strip().lower()
-        return media in _MEDIA_TYPES[self.framing]
+        return self.spec.framing.accepts(content_type)
 
 
 def endpoint_for(method: str, path: str, headers: Mapping[str, str]) -> Endpoint:
-    """The endpoint of a request; unknown paths go to a provider by their prefix."""
-    if method == "POST":
-        if path == "/v1/chat/completions":
-            return Endpoint(provider="openai", dialect="openai-chat")
-        if path == "/v1/responses":
-            return Endpoint(provider="openai", dialect="openai-responses")
-        if path == "/v1/messages":
-            return Endpoint(provider="anthropic", dialect="anthropic")
-        if path in OLLAMA_STREAM_PATHS:
-            return Endpoint(provider="ollama", dialect="ollama")
-    gemini = _GEMINI_METHOD.fullmatch(path)
-    if gemini is not None:
-        streams = method == "POST" and gemini.group(1) == "streamGenerateContent"
-        return Endpoint(provider="gemini", dialect="gemini" if streams else None)
-    if path.startswith(("/v1beta/", "/v1alpha/", "/upload/")) or "x-goog-api-key" in headers:
-        return Endpoint(provider="gemini")
-    if path.startswith("/api/"):
-        return Endpoint(provider="ollama")
-    if path.startswith("/v1/messages") or "anthropic-version" in headers:
-        return Endpoint(provider="anthropic")
-    return Endpoint(provider="openai")
+    """The endpoint of a request: a dialect's route first, then a provider's path prefix, then a
+    header only its clients send; anything else goes to the fallback provider (OpenAI)."""
+    provider: Provider | None = None
+    for cls in DIALECTS:
+        claimed = cls.route.claims(method, path)
+        if claimed:
+            return Endpoint(provider=cls.route.provider.name, dialect=cls.name)
+        if claimed is not None and provider is None:
+            provider = cls.route.provider
+    if provider is None:
+        provider = next((each for each in PROVIDERS if path.startswith(each.prefixes)), None)
+    if provider is None:
+        provider = next(
+            (each for each in PROVIDERS if any(name in headers for name in each.headers)), None
+        )
+    return Endpoint(provider=(provider or _FALLBACK).name)
 
 
 def wants_stream(endpoint: Endpoint, body: bytes, query: Mapping[str, str]) -> bool:
     """Whether this request asks for the stream the proxy journals (else it passes through)."""
     if endpoint.dialect is None:
         return False
-    if endpoint.dialect == "gemini":
+    asks = endpoint.spec.route.asks
+    if asks is AsksStream.ALWAYS:
+        return True
+    if asks is AsksStream.QUERY_ALT_SSE:
         return query.get("alt") == "sse"
     try:
         payload: Any = json.loads(body) if body else {}
@@ -84,7 +78,7 @@ def wants_stream(endpoint: Endpoint, body: bytes, query: Mapping[str, str]) -> b
         return False
     if not isinstance(payload, dict):
         return False
-    if endpoint.dialect == "ollama":
+    if asks is AsksStream.BODY_UNLESS_FALSE:
         return payload.get("stream", True) is not False
     return payload.get("stream") is True
 

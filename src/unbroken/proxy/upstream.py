@@ -24,10 +24,12 @@ from typing import Any
 
 import httpx2
 
+from ..dialects import dialect_class
 from ..dialects.openai_chat import is_usage_only_chunk
 from ..errors import IdleTimeout, StreamError, TransportError
 from ..events import TextDelta, Usage
 from ..finish import Status
+from ..framing import SSE
 from ..receiver import Frame, StreamReceiver
 from ..streams.journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
 from ..streams.logs import log_event
@@ -94,7 +96,8 @@ class Producer:
         self._receiver = StreamReceiver(
             meta.dialect, trace=False, max_event_size=config.max_event_size
         )
-        self._sse = meta.dialect != "ollama"
+        self._spec = dialect_class(meta.dialect)
+        self._sse = self._spec.framing is SSE
         self.seq = 0  # the proxy's own frame counter
         self._provider_seq = -1  # highest Responses sequence_number forwarded
         self.upstream_requests = 1
@@ -264,6 +267,7 @@ class Producer:
         records: list[FrameRecord] = []
         dedupe = self._receiver.seq_source == "provider"
         sse = self._sse
+        terminated = bool(self._spec.framing.terminator)
         epoch = self._epoch
         hidden = False
         for frame in frames:
@@ -293,8 +297,10 @@ class Producer:
                                 data, text, frame.t + epoch)
                 )
             else:
-                records.append(FrameRecord(self.seq, None, wire.raw.rstrip(b"\r\n"), text,
-                                           frame.t + epoch))
+                # a line loses its line end (written again on the way out); a binary message
+                # is kept whole
+                raw = wire.raw.rstrip(b"\r\n") if terminated else wire.raw
+                records.append(FrameRecord(self.seq, None, raw, text, frame.t + epoch))
         if not records:
             if hidden:  # the usage alone: journaled now, not only with the next frame
                 self._track(self._journal.submit(self.stream_id, [], self._state(final=False)))
@@ -391,7 +397,7 @@ class Producer:
 
     def _error_frame(self, code: str, detail: str) -> FrameRecord:
         self.seq += 1
-        provider_seq = self._provider_seq + 1 if self.dialect == "openai-responses" else None
+        provider_seq = self._provider_seq + 1 if self._spec.numbered else None
         return error_frame(self.dialect, self.seq, code, detail, provider_seq)
 
     def _state(self, *, final: bool) -> StreamState:

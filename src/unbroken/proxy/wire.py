@@ -14,7 +14,13 @@ Two compatibility rules shape the bytes (both found in the official SDKs' decode
   the ``Unbroken-Stream-Id`` header, and frame n of the body is seq n). A bare LF keeps it alive.
   ``GET /v1/streams/{id}/events`` serves every dialect with ids.
 
-Ollama's POST stays NDJSON: the upstream line bytes, one per line, no ids.
+A dialect whose framing has no ids keeps its own on its POST: Ollama's NDJSON is the upstream
+line bytes, one per line; Bedrock's event stream is the upstream messages, byte for byte. Such a
+body carries no ids: the stream id is in the ``Unbroken-Stream-Id`` header and frame n of a body
+that resumes after seq k is seq k+n, so a client that counts frames resumes with
+``Last-Event-ID: <stream_id>:<seq>`` like any other. A binary framing cannot travel as SSE data:
+``GET /v1/streams/{id}/events`` serves it in its own framing too (resume with ``Last-Event-ID``
+or ``?after=``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..dialects import find_dialect
+from ..framing import SSE, Framing, encode_message
 from ..jsonparse import dumps_compact
 from ..streams.journal import FrameRecord
 
@@ -33,6 +41,7 @@ __all__ = [
     "downstream_for",
     "error_body",
     "error_frame",
+    "framing_of",
     "proxy_error_message",
     "upstream_framing",
 ]
@@ -42,19 +51,21 @@ KEEPALIVE_COMMENT = b": keep-alive\n"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Downstream:
-    """How one response serializes frames: SSE with or without ids, or NDJSON."""
+    """How one response serializes frames: SSE with or without ids, or the dialect's own
+    framing (NDJSON lines, event-stream messages) as journaled."""
 
     media_type: str
     dialect: str  # whose error frame ends a response cut short
-    ndjson: bool = False
+    framing: Framing = SSE
     ids: bool = True
     keepalive: bytes | None = KEEPALIVE_COMMENT
     retry_ms: int | None = None
 
     def frames(self, stream_id: str, frames: list[FrameRecord], first: bool) -> bytes:
         """The wire bytes of a batch of frames; ``first`` marks the response's first batch."""
-        if self.ndjson:
-            return b"".join([frame.data + b"\n" for frame in frames])
+        if self.framing is not SSE:
+            end = self.framing.terminator
+            return b"".join([frame.data + end for frame in frames])
         out: list[bytes] = []
         prefix = stream_id.encode() + b":"
         retry = self.retry_ms if first else None
@@ -81,13 +92,16 @@ def downstream_for(dialect: str, media_type: str, *, events_endpoint: bool,
     ``id:``, and it asks for ``*/*``; an SSE client that asks for the media type gets the ids
     (and can resume with ``Last-Event-ID``) like every other dialect.
     """
-    if events_endpoint:
+    spec = find_dialect(dialect)
+    framing = framing_of(dialect)
+    if events_endpoint and framing.text:
         return Downstream(media_type="text/event-stream; charset=utf-8", dialect=dialect,
                           retry_ms=retry_ms)
-    if dialect == "ollama":
-        return Downstream(media_type=media_type, dialect=dialect, ndjson=True, ids=False,
-                          keepalive=None)
-    if dialect == "gemini" and "text/event-stream" not in accept.lower():
+    if not framing.ids:
+        return Downstream(media_type=media_type, dialect=dialect, framing=framing,
+                          ids=False, keepalive=None)
+    ids_when_accepted = spec is not None and spec.ids_when_accepted
+    if ids_when_accepted and "text/event-stream" not in accept.lower():
         return Downstream(media_type=media_type, dialect=dialect, ids=False, keepalive=b"\n")
     return Downstream(media_type=media_type, dialect=dialect, retry_ms=retry_ms)
 
@@ -96,8 +110,15 @@ def upstream_framing(dialect: str, media_type: str) -> Downstream:
     """Frames as the upstream's own wire carried them (the evidence export): SSE ``event:``
     (when named) and ``data:`` lines and a blank line, or an NDJSON line; no ids, no hints.
     What the upstream sent besides (``id:``/``retry:`` lines, comments) was never journaled."""
-    return Downstream(media_type=media_type, dialect=dialect, ndjson=dialect == "ollama",
+    return Downstream(media_type=media_type, dialect=dialect, framing=framing_of(dialect),
                       ids=False, keepalive=None)
+
+
+def framing_of(dialect: str) -> Framing:
+    """A provider's framing; SSE for a stream of no provider (an app stream of
+    ``unbroken.server`` in the same journal)."""
+    spec = find_dialect(dialect)
+    return SSE if spec is None else spec.framing
 
 
 def error_frame(dialect: str, seq: int, code: str, message: str,
@@ -107,6 +128,15 @@ def error_frame(dialect: str, seq: int, code: str, message: str,
     when the proxy made it."""
     event: str | None = None
     payload: Any
+    if not framing_of(dialect).text:
+        # An AWS event stream (Bedrock): an exception message, as the service ends a stream
+        # it cannot finish; boto3 raises it as EventStreamError.
+        data = encode_message(
+            {":exception-type": "internalServerException", ":content-type": "application/json",
+             ":message-type": "exception"},
+            dumps_compact({"message": message, "reason": code}).encode(),
+        )
+        return FrameRecord(seq, None, data, "", time.time())
     if dialect == "openai-chat":
         payload = {"error": {"message": message, "type": "server_error", "param": None,
                              "code": code}}

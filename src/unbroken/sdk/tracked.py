@@ -124,8 +124,12 @@ class _Tracker:
         if self._last_t is not None and t - self._last_t > DEFAULT_STALL_SECONDS:
             self.message.warn("stall", f"no event for {t - self._last_t:.1f} s")
         self._last_t = t
-        kind = payload.get("type")
-        frame = ServerSentEvent(event=kind if isinstance(kind, str) else "message")
+        make_frame = getattr(self.adapter, "frame", None)
+        if make_frame is not None:  # a dialect that reads more of the frame than its event name
+            frame = make_frame(payload)
+        else:
+            kind = payload.get("type")
+            frame = ServerSentEvent(event=kind if isinstance(kind, str) else "message")
         events = dialect.events(frame, payload, seq)
         if self.message.commit(seq, events, t) and self.texts is not None:
             self.texts += [event.text for event in events if event.__class__ is TextDelta]

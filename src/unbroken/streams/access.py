@@ -28,6 +28,7 @@ __all__ = [
     "parse_event_id",
     "presented_secrets",
     "secret_hash",
+    "valid_seq",
 ]
 
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
@@ -96,12 +97,22 @@ def new_stream_token() -> str:
     return "ubt_" + secrets.token_urlsafe(32)
 
 
+# The journals store a seq as a signed 64-bit integer (SQLite INTEGER): a larger one in a
+# Last-Event-ID is no seq of ours (it used to reach the SQLite query and raise OverflowError).
+MAX_SEQ = 2**63 - 1
+
+
+def valid_seq(text: str) -> bool:
+    """Whether ``text`` is a seq as this proxy writes it: ASCII digits, at most ``MAX_SEQ``."""
+    return text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_SEQ
+
+
 def parse_event_id(value: str | None) -> tuple[str, int] | None:
     """``(stream_id, seq)`` from a ``Last-Event-ID`` of this proxy, else ``None``."""
     if not value:
         return None
     stream_id, colon, seq = value.strip().rpartition(":")
-    if not colon or not seq.isascii() or not seq.isdigit():
+    if not colon or not valid_seq(seq):
         return None
     if not _STREAM_ID.fullmatch(stream_id):
         return None
@@ -116,12 +127,12 @@ def events_cursor(
     last_event_id = headers.get("last-event-id")
     if last_event_id:
         named, colon, seq = last_event_id.strip().rpartition(":")
-        if not colon or named != stream_id or not seq.isascii() or not seq.isdigit():
+        if not colon or named != stream_id or not valid_seq(seq):
             return None
         return int(seq)
     after = query.get("after")
     if after is None:
         return 0
-    if not after.isascii() or not after.isdigit():
+    if not valid_seq(after):
         return None
     return int(after)

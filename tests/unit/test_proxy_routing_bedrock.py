@@ -1,0 +1,50 @@
+"""The proxy's view of Bedrock, all read from the dialect: its routes, its framing on the way
+out, and the exception message that ends a response the proxy had to cut short."""
+
+from __future__ import annotations
+
+from unbroken import parse
+from unbroken.errors import ProviderError
+from unbroken.finish import Status
+from unbroken.framing import EVENT_STREAM, EventStreamDecoder
+from unbroken.proxy.routing import Endpoint, endpoint_for, wants_stream
+from unbroken.proxy.wire import downstream_for, error_frame
+from unbroken.streams.journal import FrameRecord
+
+STREAM = Endpoint(provider="bedrock", dialect="bedrock-converse")
+
+
+def test_routes() -> None:
+    path = "/model/anthropic.claude-3-haiku-20240307-v1:0/converse-stream"
+    assert endpoint_for("POST", path, {}) == STREAM
+    assert wants_stream(STREAM, b"", {}) is True  # the path alone asks for the stream
+    assert STREAM.streams_as("application/vnd.amazon.eventstream") is True
+    assert STREAM.streams_as("application/json") is False
+    # the provider's other operations pass through to its origin
+    assert endpoint_for("POST", "/model/m/converse", {}) == Endpoint(provider="bedrock")
+    assert endpoint_for("GET", "/model/m/converse-stream", {}) == Endpoint(provider="bedrock")
+    assert endpoint_for("POST", "/models", {}) == Endpoint(provider="openai")
+
+
+def test_a_binary_framing_goes_out_as_journaled_on_every_route() -> None:
+    frames = [FrameRecord(1, None, b"\x00\x01", "", 0.0), FrameRecord(2, None, b"\x02", "", 0.0)]
+    for events_endpoint in (False, True):
+        out = downstream_for("bedrock-converse", "application/vnd.amazon.eventstream",
+                             events_endpoint=events_endpoint, retry_ms=1000)
+        assert (out.framing, out.ids, out.keepalive) == (EVENT_STREAM, False, None)
+        assert out.media_type == "application/vnd.amazon.eventstream"
+        assert out.frames("ub_x", frames, first=True) == b"\x00\x01\x02"
+
+
+def test_the_proxys_exception_message_fails_the_message_as_retryable() -> None:
+    frame = error_frame("bedrock-converse", 5, "stream_incomplete",
+                        "unbroken proxy: the journal lost this stream")
+    [decoded] = EventStreamDecoder().receive_data(frame.data)
+    assert decoded.headers == {":exception-type": "internalServerException",
+                               ":content-type": "application/json",
+                               ":message-type": "exception"}
+    message = parse([frame.data], dialect="bedrock-converse")
+    assert message.status is Status.FAILED
+    assert isinstance(message.error, ProviderError)
+    assert (message.error.event.type, message.error.retryable) == ("internalServerException", True)
+    assert message.error.event.message == "unbroken proxy: the journal lost this stream"
