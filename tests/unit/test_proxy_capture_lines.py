@@ -96,7 +96,8 @@ async def test_a_long_stream_is_read_in_batches_and_every_frame_is_one_read() ->
     assert [read["t"] for read in reads[:3]] == [0.01, 0.02, 0.03]
     assert base64.b64decode(reads[0]["b"]) == b"data: " + frames[0].data + b"\n\n"
     assert records[-1] == {"end": "eof", "status": "completed", "finish_reason": "stop",
-                           "last_seq": count}
+                           "last_seq": count, "usage": None,
+                           "usage_missing": "the upstream reported no usage"}
     # Never more than one batch at a time: full batches, the rest, then one empty read before
     # and one after the end state was seen.
     assert journal.reads == [(0, FOLLOW_BATCH, FOLLOW_BATCH),
@@ -127,7 +128,9 @@ async def test_the_proxys_error_frame_is_the_end_record_and_the_replay_is_interr
         "b": base64.b64encode(b"data: " + made.data + b"\n\n").decode()}
     assert end == {"end": "error",
                    "error": "unbroken proxy: the upstream stream broke before it finished",
-                   "status": "interrupted", "finish_reason": None, "last_seq": 3}
+                   "status": "interrupted", "finish_reason": None, "last_seq": 3,
+                   "usage": None, "usage_missing": "the stream ended interrupted before the "
+                                                   "upstream reported usage"}
     message = replay_capture(parse_capture([json.dumps(r) for r in records], "export"))
     assert (message.status, message.text, message.last_seq) == (
         Status.INTERRUPTED, "Hello, wor", 2)
@@ -161,7 +164,7 @@ async def test_a_live_stream_ends_live_and_replays_streaming() -> None:
     await journal.append(stream_id, [chunk(1, "half a sen")],
                          StreamState(status=Status.STREAMING, updated=CREATED, last_seq=1))
     records = await exported(journal, stream_id)
-    assert records[-1] == {"end": "live", "status": "streaming", "last_seq": 1}
+    assert records[-1] == {"end": "live", "status": "streaming", "last_seq": 1, "usage": None}
     message = replay_capture(parse_capture([json.dumps(r) for r in records], "export"))
     assert (message.status, message.text, message.last_seq) == (
         Status.STREAMING, "half a sen", 1)
@@ -178,7 +181,9 @@ async def test_an_interrupted_stream_without_a_proxy_frame_ends_with_its_error()
     records = await exported(journal, stream_id)
     assert [r.get("seq") for r in records[2:-1]] == [1]
     assert records[-1] == {"end": "error", "error": "producer stopped", "status": "interrupted",
-                           "finish_reason": None, "last_seq": 1}
+                           "finish_reason": None, "last_seq": 1, "usage": None,
+                           "usage_missing": "the stream ended interrupted before the upstream "
+                                            "reported usage"}
 
 
 async def test_frames_of_an_upgraded_sqlite_file_are_marked_untimed(tmp_path: Path) -> None:
