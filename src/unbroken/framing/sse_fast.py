@@ -1,11 +1,13 @@
-"""An optional accelerator for the two block shapes that make up nearly every LLM stream.
+"""An optional accelerator for the block shapes that make up nearly every LLM stream.
 
 A block of one ``data: VALUE`` line (OpenAI chat deltas), or of ``event: NAME`` then ``data:
-VALUE`` (Anthropic Messages, OpenAI Responses), mixed freely, with LF or CRLF line ends.
+VALUE`` (Anthropic Messages, OpenAI Responses), mixed freely; or either of those after an ``id:
+ID`` first line (what an unbroken proxy sends downstream), with LF or CRLF line ends.
 ``read_shaped`` reads a region of complete blocks in a few C calls (split on the blank lines) and
 returns the events and the bytes used, or None when some block has another shape, an empty
-name, or invalid UTF-8. It changes no state, so on None the field reader reads the same bytes;
-it must give exactly what the field reader gives (a property test holds it to that).
+name, an ID with U+0000, or invalid UTF-8. It changes no state, so on None the field reader reads
+the same bytes; it must give exactly what the field reader gives (a property test holds it to
+that). The last event's ``id`` is the last event ID after the blocks it read.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ __all__ = ["read_shaped"]
 _CR, _LF = 0x0D, 0x0A
 
 
-# Per line-end style (LF, CR LF): the blank line between blocks, what ends an event name, and
-# what lies between two blocks of each shape.
+# Per line-end style (LF, CR LF): the blank line between blocks, what ends an event name (or an
+# ID), and what lies between two blocks of each shape.
 _STYLES = (
-    (b"\n\n", b"\ndata: ", b"\n\ndata: ", b"\n\nevent: "),
-    (b"\r\n\r\n", b"\r\ndata: ", b"\r\n\r\ndata: ", b"\r\n\r\nevent: "),
+    (b"\n\n", b"\ndata: ", b"\n\ndata: ", b"\n\nevent: ", b"\n\nid: "),
+    (b"\r\n\r\n", b"\r\ndata: ", b"\r\n\r\ndata: ", b"\r\n\r\nevent: ", b"\r\n\r\nid: "),
 )
 
 
@@ -31,23 +33,25 @@ def read_shaped(
     joined: bytes, end: int, lead: int, cr: bool, last_id: str, decode: Callable[[bytes], str]
 ) -> tuple[list[ServerSentEvent], int] | None:
     """Events of the complete blocks ``joined[:end]`` (the first after ``lead`` swallowed LFs),
-    and where the blocks read end; or None if they are not all of one of the two shapes.
+    and where the blocks read end; or None if they are not all of one of the shapes.
 
     ``cr``: a CR was seen in the stream, so lines end in CR LF. If the blocks end at the CR of
     a blank line, the last block ends there; if nothing after it has arrived (``end`` is the
     length of ``joined``) it is left unread: the next byte decides whether it takes an LF.
     """
-    blank, name_end, data_sep, event_sep = _STYLES[cr]
+    blank, name_end, data_sep, event_sep, _ = _STYLES[cr]
     # A last block without the LF after its CR is read as if it had one, then cut back.
     short = cr and joined[end - 4 : end] != blank
     if short and joined[end - 3 : end] != b"\r\n\r":
         return None
     # Every block starts with the same line prefix: the blocks are split apart on the blank
-    # line and that prefix, so that a piece is NAME name_end VALUE, or VALUE.
+    # line and that prefix, so that a piece is NAME name_end VALUE, or VALUE, or ID then either.
     if joined.startswith(b"data: ", lead):
         named, sep = False, data_sep
     elif joined.startswith(b"event: ", lead):
         named, sep = True, event_sep
+    elif joined.startswith(b"id: ", lead):
+        return _read_with_ids(joined, end, lead, cr, short, decode)
     else:
         return None
     extra = len(sep)
@@ -81,9 +85,58 @@ def read_shaped(
                 size = extra
     except UnicodeDecodeError:
         return None
+    return _cut_back(events, joined, end, short)
+
+
+def _read_with_ids(
+    joined: bytes, end: int, lead: int, cr: bool, short: bool, decode: Callable[[bytes], str]
+) -> tuple[list[ServerSentEvent], int] | None:
+    """``read_shaped`` for blocks that start with an ``id:`` line: each sets the last event ID,
+    so each event carries its own (as ``id`` and ``block_id``)."""
+    blank, name_end, _, _, sep = _STYLES[cr]
+    eol = name_end[: -len(b"data: ")]
+    extra = len(sep)
+    pieces = joined[lead + extra - len(blank) : end + short - len(blank)].split(sep)
+    events: list[ServerSentEvent] = []
+    append = events.append
+    new, cls = new_event, ServerSentEvent
+    start = 0
+    size = extra + lead
+    try:
+        for piece in pieces:
+            raw_id, found, rest = piece.partition(eol)
+            if not found or 0 in raw_id:
+                return None  # a one-line block, or an ID the field reader ignores
+            if rest.startswith(b"data: "):
+                name, value = "message", rest[6:]
+            elif rest.startswith(b"event: "):
+                raw_name, found, value = rest[7:].partition(name_end)
+                if not raw_name or not found or _LF in raw_name or (cr and _CR in raw_name):
+                    return None
+                name = decode(raw_name)
+            else:
+                return None
+            if _LF in value or (cr and (_CR in value or _LF in raw_id or _CR in raw_id)):
+                return None  # another line
+            ident = decode(raw_id)
+            stop = start + size + len(piece)
+            append(new(cls, (name, decode(value), ident, ident, None, stop - start,
+                             joined[start:stop])))  # fmt: skip
+            start = stop
+            size = extra
+    except UnicodeDecodeError:
+        return None
+    return _cut_back(events, joined, end, short)
+
+
+def _cut_back(
+    events: list[ServerSentEvent], joined: bytes, end: int, short: bool
+) -> tuple[list[ServerSentEvent], int]:
+    """The events and the bytes used, once a last block read as if its CR had an LF is cut
+    back: left unread if nothing follows it yet, else without that LF."""
     if short:
         last = events.pop()
         if end == len(joined):
             return events, end + 1 - last[5]  # the next byte decides whether an LF is its own
-        append(new(cls, (*last[:5], last[5] - 1, last[6][:-1])))
+        events.append(new_event(ServerSentEvent, (*last[:5], last[5] - 1, last[6][:-1])))
     return events, end
