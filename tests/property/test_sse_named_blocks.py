@@ -1,12 +1,13 @@
 """The accelerator's contract: it gives exactly what the field reader gives, or declines.
 
-Streams of ``event:`` + ``data:`` blocks, lone ``data:`` blocks, either after an ``id:`` line (as
-an unbroken proxy writes them) and other shapes, in any reads: SSEDecoder with its accelerator
-must give exactly what it gives without (``sse_paths("general")``) for the whole body: the same
-events field by field (``raw`` too), the same error and the same stream state (the last event ID
-and ``bytes_received`` included). And ``read_shaped`` alone, on complete blocks, returns None or
-the field reader's events, the last carrying the last event ID. The shapes are drawn so that most
-blocks are the ones the accelerator takes, with the near misses it must leave alone.
+Streams of ``event:`` + ``data:`` blocks and lone ``data:`` blocks, either with an ``id:`` line
+(first or, as an unbroken proxy writes it, after the name) and other shapes, in any reads:
+SSEDecoder with its accelerator must give exactly what it gives without
+(``sse_paths("general")``) for the whole body: the same events field by field (``raw`` too), the
+same error and the same stream state (the last event ID and ``bytes_received`` included). And
+``read_shaped`` alone, on complete blocks, returns None or the field reader's events, the last
+carrying the last event ID. The shapes are drawn so that most blocks are the ones the
+accelerator takes, with the near misses it must leave alone.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ BAD_IDS = st.sampled_from([b"a\x00", b"\x00", b"7\xff", b"\xe4\xb8"])
 INVALID = st.sampled_from([b"\xff", b"\xe4\xb8", b"\xc0\x80"])
 # Shapes the hot paths take (most draws), and near misses the general path must read.
 TAKEN = ["named"] * 6 + ["data"] * 3
-ID_TAKEN = ["id named"] * 3 + ["id data"] * 3
+ID_TAKEN = ["id named"] * 3 + ["named id"] * 3 + ["id data"] * 3
 OTHER = ["empty name", "no space", "id", "retry", "comment", "two data", "data then event",
          "two events", "no data", "blank", "cr only", "invalid", "bad id", "id no space",
-         "id only", "id empty name", "id two data", "two ids", "id cr only"]  # fmt: skip
+         "id only", "id empty name", "id two data", "two ids", "id cr only", "named id cr only",
+         "named id two data", "named id empty name", "named bad id"]  # fmt: skip
 
 
 @st.composite
@@ -54,6 +56,7 @@ def block(draw: st.DrawFn, eol: bytes, kinds: list[str]) -> bytes:
         "no space": [b"event:" + name, b"data: " + value],
         "id": [b"event: " + name, b"id: " + draw(IDS), b"data: " + value],
         "id named": [b"id: " + draw(GOOD_IDS), b"event: " + name, b"data: " + value],
+        "named id": [b"event: " + name, b"id: " + draw(GOOD_IDS), b"data: " + value],
         "id data": [b"id: " + draw(GOOD_IDS), b"data: " + value],
         "bad id": [b"id: " + draw(BAD_IDS), b"data: " + value],
         "id no space": [b"id:" + draw(GOOD_IDS), b"data: " + value],
@@ -62,6 +65,10 @@ def block(draw: st.DrawFn, eol: bytes, kinds: list[str]) -> bytes:
         "id two data": [b"id: 7", b"event: " + name, b"data: " + value, b"data: " + value],
         "two ids": [b"id: 7", b"id: " + draw(GOOD_IDS), b"data: " + value],
         "id cr only": [b"id: 7\rdata: " + value],
+        "named id cr only": [b"event: " + name, b"id: 7\rdata: " + value],
+        "named id two data": [b"event: " + name, b"id: 7", b"data: " + value, b"data: " + value],
+        "named id empty name": [b"event: ", b"id: 7", b"data: " + value],
+        "named bad id": [b"event: " + name, b"id: " + draw(BAD_IDS), b"data: " + value],
         "retry": [b"event: " + name, b"data: " + value, b"retry: 1500"],
         "comment": [b": ping", b"event: " + name, b"data: " + value],
         "two data": [b"event: " + name, b"data: " + value, b"data: " + value],
