@@ -51,7 +51,8 @@ from .message import Message
 from .proxy_notice import is_gemini_notice, proxy_notice
 from .trace import DEFAULT_RAW_BUDGET, ERROR
 
-__all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "Frame", "StreamReceiver", "parse"]
+__all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "OUTPUT_EVENTS", "Frame",
+           "StreamReceiver", "parse"]
 
 DEFAULT_STALL_SECONDS = 10.0
 
@@ -60,6 +61,11 @@ CONTENT_EVENTS: frozenset[type] = frozenset(
 )
 """Event kinds that move a message forward or end it. ``MessageStart``, ``Usage``, ``Ping`` and
 ``UnknownEvent`` are not content: they prove the connection lives, not that output flows."""
+
+OUTPUT_EVENTS: frozenset[type] = frozenset({TextDelta, ReasoningDelta, ToolCallDelta})
+"""Event kinds that carry output. The rule for time to first chunk: the first chunk is the first
+frame with one of these; a lifecycle event (a start, a ping, usage, a finish, the end marker, an
+error) never is, so a stream that ended before any output has no first chunk."""
 
 
 class Frame(NamedTuple):
@@ -83,6 +89,11 @@ class Frame(NamedTuple):
         """True when the frame carries content or an end (see ``CONTENT_EVENTS``): what resets
         an idle timer. Ping-only and start/usage-only frames are not content."""
         return any(event.__class__ in CONTENT_EVENTS for event in self.events)
+
+    @property
+    def has_output(self) -> bool:
+        """True when the frame carries output (see ``OUTPUT_EVENTS``): a first chunk."""
+        return any(event.__class__ in OUTPUT_EVENTS for event in self.events)
 
 
 # An unbroken proxy's event id: "<stream_id>:<n>".

@@ -140,7 +140,8 @@ def test_the_export_is_the_journaled_frames_with_their_times(
                       if not line.startswith((b"id: ", b"retry: ")))
     assert b"".join(base64.b64decode(read["b"]) for read in reads) == served
     assert end == {"end": "eof", "status": "completed", "finish_reason": "stop",
-                   "last_seq": total}
+                   "last_seq": total,
+                   "usage": {"input_tokens": 12, "output_tokens": 3, "cached_tokens": 0}}
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

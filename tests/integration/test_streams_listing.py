@@ -90,7 +90,8 @@ def json_row(stream: Served, dialect: str, path: str) -> dict[str, Any]:
             "finish_reason": status["finish_reason"],
             "raw_finish_reason": status["raw_finish_reason"], "last_seq": status["last_seq"],
             "upstream_requests": 1, "error": status["error"], "usage": status["usage"],
-            "provider_id": status["provider_id"], "background": False}
+            "usage_missing": status["usage_missing"], "provider_id": status["provider_id"],
+            "background": False}
 
 
 # -- what the proxy journaled (the facts the CLI is checked against) ---------------------------
@@ -108,6 +109,14 @@ def test_the_three_streams_ended_as_their_faults_say(journaled: Journaled) -> No
             failed["last_seq"]) == ("failed", "error", "overloaded_error", 7)
     assert failed["error"] == {"type": "overloaded_error", "message": "Overloaded",
                                "retryable": True}
+    # Usage: what the upstream last reported, whatever the end; none says why, never 0.
+    assert (completed["usage"], completed["usage_missing"]) == (
+        {"input_tokens": 12, "output_tokens": 3, "total_tokens": 15, "reasoning_tokens": 0,
+         "cached_tokens": 0}, None)
+    assert (interrupted["usage"], interrupted["usage_missing"]) == (
+        None, "the stream ended interrupted before the upstream reported usage")
+    assert (failed["usage"], failed["usage_missing"]) == (
+        {"input_tokens": 12, "output_tokens": 1, "cached_tokens": 0}, None)
 
 
 # -- unbroken streams --------------------------------------------------------------------------
@@ -168,7 +177,7 @@ def test_the_table(journaled: Journaled, capsys: pytest.CaptureFixture[str],
                                                             strict=True)]
              for line in lines[2:-1]]
     assert lines[0].split() == ["id", "created", "dialect", "status", "finish", "seq",
-                                "requests", "error"]
+                                "requests", "tokens", "error"]
     assert set(lines[1].strip()) == {"─"}
     assert lines[-1] == "3 stream(s), newest first"
 
@@ -180,12 +189,14 @@ def test_the_table(journaled: Journaled, capsys: pytest.CaptureFixture[str],
     shown = f"{error['type']}: {error['message']}"
     shown = shown if len(shown) <= 60 else shown[:59] + "…"
     assert cells == [
-        [failed.stream_id, utc(failed), "anthropic", "failed", "error", "7", "1",
+        # Anthropic's message_start said 12 in, 1 out; the chat stream cut before its usage
+        # chunk has none (never 0); the completed one has the usage the proxy asked for.
+        [failed.stream_id, utc(failed), "anthropic", "failed", "error", "7", "1", "12/1",
          "overloaded_error: Overloaded"],
         [interrupted.stream_id, utc(interrupted), "openai-chat", "interrupted", "", "4", "1",
-         shown],
+         "none", shown],
         [completed.stream_id, utc(completed), "openai-chat", "completed", "stop", "6", "1",
-         ""],
+         "12/3", ""],
     ]
 
 
@@ -404,10 +415,14 @@ def test_the_command_reads_a_redis_store(redis_url: str,
         "id": f"ub_{2:024x}", "created": 1002.0, "updated": 1003.0, "dialect": "ollama",
         "request_path": "/api/chat", "status": "interrupted", "finish_reason": None,
         "raw_finish_reason": None, "last_seq": 1, "upstream_requests": 1, "error": None,
-        "usage": None, "provider_id": None, "background": False}]
+        "usage": None,
+        "usage_missing": "the stream ended interrupted before the upstream reported usage",
+        "provider_id": None, "background": False}]
     code, out, err = cli(capsys, "streams", "--store", store, "--capture", f"ub_{2:024x}")
     assert (code, err) == (0, "")
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[2] == {"t": 0.5, "b": "eyJkb25lIjpmYWxzZX0K", "seq": 1}
     assert lines[-1] == {"end": "error", "error": "the stream ended interrupted",
-                         "status": "interrupted", "finish_reason": None, "last_seq": 1}
+                         "status": "interrupted", "finish_reason": None, "last_seq": 1,
+                         "usage": None, "usage_missing": "the stream ended interrupted "
+                                                         "before the upstream reported usage"}

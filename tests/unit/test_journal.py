@@ -98,6 +98,7 @@ async def test_final_state_round_trips(journal: Journal) -> None:
         "text": "<1><2>",
         "last_seq": 2,
         "usage": {"input_tokens": 12, "output_tokens": 40},
+        "usage_missing": None,
         "error": {"type": "x", "message": "y"},
         "created": 100.0,
         "updated": 150.5,
@@ -106,6 +107,23 @@ async def test_final_state_round_trips(journal: Journal) -> None:
     }
     assert await journal.unfinished() == []
     assert journal.tail("s1") is None
+
+
+@pytest.mark.parametrize(("status", "missing"), [
+    (Status.PENDING, "the upstream has not reported usage yet"),
+    (Status.STREAMING, "the upstream has not reported usage yet"),
+    (Status.COMPLETED, "the upstream reported no usage"),
+    (Status.TRUNCATED, "the upstream reported no usage"),
+    (Status.FILTERED, "the upstream reported no usage"),
+    (Status.FAILED, "the upstream reported no usage"),
+    (Status.CANCELLED, "the stream ended cancelled before the upstream reported usage"),
+    (Status.INTERRUPTED, "the stream ended interrupted before the upstream reported usage"),
+])
+def test_a_state_without_usage_says_why(status: Status, missing: str) -> None:
+    state = StreamState(status=status, updated=1.0)
+    assert (state.usage, state.usage_missing) == (None, missing)
+    counted = StreamState(status=status, updated=1.0, usage={"input_tokens": 0})
+    assert counted.usage_missing is None  # zero tokens reported is usage, not its absence
 
 
 @pytest.mark.anyio

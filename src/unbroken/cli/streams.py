@@ -116,7 +116,8 @@ def row_of(record: StreamRecord) -> dict[str, Any]:
         "status": state.status.value, "finish_reason": state.finish_reason,
         "raw_finish_reason": state.raw_finish_reason, "last_seq": state.last_seq,
         "upstream_requests": state.upstream_requests, "error": state.error,
-        "usage": state.usage, "provider_id": state.provider_id, "background": meta.background,
+        "usage": state.usage, "usage_missing": state.usage_missing,
+        "provider_id": state.provider_id, "background": meta.background,
     }
 
 
@@ -125,6 +126,14 @@ def _shown_error(error: dict[str, Any] | None) -> str:
         return ""
     text = f"{error.get('type') or 'error'}: {error.get('message') or ''}".rstrip(": ")
     return text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 1] + "…"
+
+
+def _shown_usage(usage: dict[str, Any] | None) -> str:
+    """``in/out`` tokens; ``none`` when the stream has no usage (never 0: unknown is not 0)."""
+    if usage is None:
+        return "none"
+    return "/".join("?" if usage.get(name) is None else str(usage[name])
+                    for name in ("input_tokens", "output_tokens"))
 
 
 def _local(seconds: float) -> str:
@@ -157,9 +166,11 @@ def _print_table(records: list[StreamRecord], more: bool) -> None:
         out.print("no streams")
         return
     table = Table(box=box.SIMPLE, pad_edge=False)
-    for heading in ("id", "created", "dialect", "status", "finish", "seq", "requests"):
+    # tokens: input/output, as the upstream last reported them
+    for heading in ("id", "created", "dialect", "status", "finish", "seq", "requests",
+                    "tokens"):
         table.add_column(heading, no_wrap=True, justify="right" if heading in (
-            "seq", "requests") else "left")
+            "seq", "requests", "tokens") else "left")
     table.add_column("error", overflow="fold")
     for record in records:
         meta, state = record.meta, record.state
@@ -167,7 +178,8 @@ def _print_table(records: list[StreamRecord], more: bool) -> None:
             else "yellow"
         table.add_row(meta.stream_id, _local(meta.created), meta.dialect, state.status.value,
                       state.finish_reason or "", str(state.last_seq),
-                      str(state.upstream_requests), Text(_shown_error(state.error)),
+                      str(state.upstream_requests), _shown_usage(state.usage),
+                      Text(_shown_error(state.error)),
                       style=style)
     out.print(table)
     out.print(f"{len(records)} stream(s), newest first" + (", more stored (--limit)"

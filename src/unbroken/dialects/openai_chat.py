@@ -15,6 +15,7 @@ choices and ``content_filter_results`` beside each choice (passed through, its f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -31,7 +32,15 @@ from ..finish import FinishReason, Status
 from .base import DONE, NOTHING, PASS, SSEDialect, count, error_event, finish
 from .routes import Provider, Route
 
-__all__ = ["EVENT_TYPES", "FINISH_REASONS", "OPENAI", "RETRYABLE_ERRORS", "OpenAIChatDialect"]
+__all__ = [
+    "EVENT_TYPES",
+    "FINISH_REASONS",
+    "OPENAI",
+    "RETRYABLE_ERRORS",
+    "OpenAIChatDialect",
+    "is_usage_only_chunk",
+    "with_usage_requested",
+]
 
 OPENAI: Final = Provider(name="openai", default_origin="https://api.openai.com", fallback=True)
 """OpenAI's origin, shared with the Responses dialect; requests no provider claims go here."""
@@ -209,3 +218,55 @@ def _usage(usage: Any, seq: int) -> Usage:
         reasoning_tokens=count(completion.get("reasoning_tokens")) if completion else None,
         cached_tokens=count(prompt.get("cached_tokens")) if prompt else None,
     )
+
+
+# -- asking for usage -------------------------------------------------------------------------
+# Chat Completions reports usage in a stream only when the request says
+# ``stream_options: {"include_usage": true}``; the answer then has one more chunk, with
+# ``"choices": []`` and the usage, before ``[DONE]``.
+
+_USAGE_OPTION: Final = b'"stream_options":{"include_usage":true},'
+
+
+def with_usage_requested(body: bytes) -> bytes | None:
+    """The streaming request ``body`` asking for usage, or ``None`` when it needs no change
+    (it set ``stream_options.include_usage`` itself, true or false) or is not a streaming JSON
+    object (the upstream judges it as it is).
+
+    Without ``stream_options`` the option is written right after the opening brace, so every
+    other byte of the body is the client's own; a ``stream_options`` object (or ``null``)
+    without ``include_usage`` is completed and the body re-serialized, unless a number in it
+    would not survive that (then the body is left alone).
+    """
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or payload.get("stream") is not True:
+        return None
+    if not body.lstrip().startswith(b"{"):  # a BOM, or UTF-16: not edited byte-wise
+        return None
+    options = payload.get("stream_options")
+    if "stream_options" not in payload:
+        start = body.index(b"{") + 1
+        return body[:start] + _USAGE_OPTION + body[start:]
+    if options is not None and not isinstance(options, dict):
+        return None
+    if options is not None and "include_usage" in options:
+        return None
+    payload["stream_options"] = {**(options or {}), "include_usage": True}
+    try:
+        return json.dumps(payload, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode()
+    except ValueError:  # a number too large for a float: re-serializing would change it
+        return None
+
+
+def is_usage_only_chunk(data: bytes) -> bool:
+    """Whether an SSE data payload is the usage-only chunk (``"choices": []``, usage set)."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return False
+    return (isinstance(payload, dict) and payload.get("choices") == []
+            and isinstance(payload.get("usage"), dict))

@@ -95,6 +95,9 @@ def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
                         help="a producer lease lasts this long unless renewed (default 15s)")
     parser.add_argument("--lease-renew", type=_duration, default=5.0, metavar="SECONDS",
                         help="renew this process's leases this often (default 5s)")
+    parser.add_argument("--no-request-usage", action="store_false", dest="request_usage",
+                        help="do not add stream_options.include_usage to OpenAI chat requests "
+                             "that did not set it (then such streams journal no usage)")
     parser.add_argument("--cors-origin", type=_cors_origin, action="append", default=[],
                         metavar="ORIGIN", dest="cors_origins",
                         help="let browser pages of this origin (scheme://host[:port], or *) "
@@ -125,6 +128,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         lease_ttl=args.lease_ttl,
         lease_renew=args.lease_renew,
         cors_origins=tuple(args.cors_origins),
+        request_usage=args.request_usage,
         **({} if args.max_event_size is None else {"max_event_size": args.max_event_size}),
     )
 

@@ -86,6 +86,10 @@ class ProxyConfig:
     seconds an idle downstream keep-alive connection stays open. ``shutdown_grace``: seconds live
     streams get to finish on SIGTERM before they are marked interrupted. A producer's lease
     lasts ``lease_ttl`` seconds and is renewed every ``lease_renew`` seconds.
+
+    ``request_usage``: ask the providers that report a stream's usage only when asked (OpenAI
+    chat: ``stream_options.include_usage``) for it, when the request did not say; the chunk
+    that answers is journaled in the stream's state and kept out of the client's body.
     """
 
     origins: Mapping[str, str] = field(default_factory=dict)
@@ -106,6 +110,7 @@ class ProxyConfig:
     max_streams_per_key: int | None = None
     idle_close: float = 75.0
     shutdown_grace: float = 5.0
+    request_usage: bool = True
     lease_ttl: float = 15.0
     lease_renew: float = 5.0
     cors_origins: tuple[str, ...] = ()

@@ -17,7 +17,10 @@ from the journal, so that an operator asked why a user saw half a sentence can r
   filtered, or failed on the upstream's own error); ``error`` for one the proxy ended
   (interrupted, cancelled, a malformed upstream body): the proxy's own last frame is not an
   upstream read, so it travels in the end record (``proxy_frame``) and the replay ends the way
-  the journal did; ``live`` for a stream still going when its frames ran out.
+  the journal did; ``live`` for a stream still going when its frames ran out. The end record
+  also holds the stream's journaled ``usage`` (or ``null`` and ``usage_missing``, why): the
+  usage-only chunk of an OpenAI chat stream whose usage the proxy asked for was never a frame,
+  so only this record shows it.
 
 The body streams: frames are read from the journal in batches of ``FOLLOW_BATCH``, never all at
 once. Who may read it is who may read ``GET /v1/streams/{id}``.
@@ -101,7 +104,7 @@ async def capture_lines(journal: Journal, record: StreamRecord) -> AsyncIterator
             if held is not None:
                 yield reads.line(held)
             yield _line({"end": LIVE, "status": now.state.status.value,
-                         "last_seq": reads.cursor})
+                         "last_seq": reads.cursor, "usage": now.state.usage})
             return
         ended = now.state  # an end state lands with (or after) the last frames: read again
     yield _end(meta.dialect, ended, held, reads)
@@ -157,7 +160,9 @@ def _end(dialect: str, state: StreamState, last: FrameRecord | None, reads: _Rea
         else:  # ended by the proxy without a frame of its own (a re-attachable stream)
             end = {"end": "error", "error": _error_text(state)}
     end |= {"status": status.value, "finish_reason": state.finish_reason,
-            "last_seq": state.last_seq}
+            "last_seq": state.last_seq, "usage": state.usage}
+    if state.usage is None:
+        end["usage_missing"] = state.usage_missing
     return out + _line(end)
 
 

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..dialects import get_dialect
+from ..dialects.openai_chat import with_usage_requested
 from ..finish import Status
 from ..streams.access import credential_hash, new_stream_id, new_stream_token, secret_hash
 from ..streams.idempotency import PendingKeys, idempotency_hash, request_hash
@@ -215,12 +216,15 @@ class Launcher:
         if refused is not None:
             return self.refuse(refused, endpoint.dialect), None
         origin = self.config.origin(endpoint.provider)
+        asking = (with_usage_requested(body)
+                  if endpoint.dialect == "openai-chat" and self.config.request_usage else None)
         upstream = UpstreamRequest(
             url=origin + target(request),
             headers=request_headers(request.headers.items(), identity=True),
-            body=body,
+            body=body if asking is None else asking,
             origin=origin,
             background=endpoint.spec.resumes_upstream and _background(body),
+            usage_asked=asking is not None,
         )
         producer: Producer | None = None
         try:
@@ -245,11 +249,12 @@ class Launcher:
             )
             tail = await self.journal.create(
                 meta, StreamState(status=Status.PENDING, updated=now), self.leases.lease())
+            requested = time.monotonic()  # time to first chunk and to the end count from here
             sent = time.perf_counter()
             try:
                 response = await client.send(
                     client.build_request("POST", upstream.url, headers=upstream.headers,
-                                         content=body),
+                                         content=upstream.body),
                     stream=True,
                 )
             except httpx2.HTTPError as exc:
@@ -285,7 +290,8 @@ class Launcher:
                 self.journal.release(meta.stream_id)
                 raise
             producer = Producer(journal=self.journal, client=client, config=self.config,
-                                meta=meta, tail=tail, request=upstream, response=response)
+                                meta=meta, tail=tail, request=upstream, response=response,
+                                metrics=self.metrics, requested=requested)
             self.run(producer, credential)
         finally:
             if producer is None:

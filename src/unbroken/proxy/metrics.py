@@ -22,6 +22,9 @@ __all__ = ["CONTENT_TYPE", "Histogram", "ProxyMetrics"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# The OpenTelemetry GenAI conventions' advice for operation duration and time to first chunk.
+_GENAI_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                  40.96, 81.92)
 # Errors whose cause is the upstream (a broken or silent connection, a malformed body, an
 # error the provider reported), as journaled in a stream's state.
 _UPSTREAM_ERRORS = frozenset({"TransportError", "IdleTimeout", "DecodingError", "PayloadError",
@@ -48,15 +51,18 @@ class Histogram:
                 self.counts[index] += 1
                 break
 
-    def lines(self, name: str) -> list[str]:
+    def lines(self, name: str, labels: str = "") -> list[str]:
+        """The exposition lines; ``labels`` (``dialect="anthropic"``) go on each of them."""
         out: list[str] = []
         running = 0
+        first = labels + "," if labels else ""
+        own = "{" + labels + "}" if labels else ""
         for bound, count in zip(self.bounds, self.counts, strict=True):
             running += count
-            out.append(f'{name}_bucket{{le="{bound:g}"}} {running}')
-        out.append(f'{name}_bucket{{le="+Inf"}} {self.count}')
-        out.append(f"{name}_sum {self.total:.6f}")
-        out.append(f"{name}_count {self.count}")
+            out.append(f'{name}_bucket{{{first}le="{bound:g}"}} {running}')
+        out.append(f'{name}_bucket{{{first}le="+Inf"}} {self.count}')
+        out.append(f"{name}_sum{own} {self.total:.6f}")
+        out.append(f"{name}_count{own} {self.count}")
         return out
 
 
@@ -75,6 +81,9 @@ class ProxyMetrics:
         self.commit_seconds = Histogram(_COMMIT_BUCKETS)
         self.upstream_seconds = Histogram(_LATENCY_BUCKETS)
         self.upstream_resumes = 0
+        # Per (dialect, end status) and per dialect, for the streams this process produced.
+        self.stream_seconds: dict[tuple[str, str], Histogram] = {}
+        self.first_chunk_seconds: dict[str, Histogram] = {}
         self._status: dict[str, Status] = {}  # last status seen per stream not yet ended
         self._requests: dict[str, int] = {}  # upstream requests seen per stream not yet ended
 
@@ -113,6 +122,25 @@ class ProxyMetrics:
 
     def committed(self, seconds: float) -> None:
         self.commit_seconds.observe(seconds)
+
+    # -- told by the producers ----------------------------------------------------------------
+
+    def first_chunk(self, dialect: str, seconds: float) -> None:
+        """A stream's first output frame arrived ``seconds`` after its upstream request was
+        sent (``receiver.OUTPUT_EVENTS``: never a lifecycle event)."""
+        histogram = self.first_chunk_seconds.get(dialect)
+        if histogram is None:
+            histogram = self.first_chunk_seconds[dialect] = Histogram(_GENAI_BUCKETS)
+        histogram.observe(seconds)
+
+    def stream_ended(self, dialect: str, status: Status, seconds: float) -> None:
+        """A stream this process produced ended ``status``, ``seconds`` after its upstream
+        request was sent."""
+        key = (dialect, status.value)
+        histogram = self.stream_seconds.get(key)
+        if histogram is None:
+            histogram = self.stream_seconds[key] = Histogram(_GENAI_BUCKETS)
+        histogram.observe(seconds)
 
     # -- exposition ---------------------------------------------------------------------------
 
@@ -158,4 +186,16 @@ class ProxyMetrics:
         metric("unbroken_upstream_response_seconds", "histogram",
                "Time from sending a stream's request upstream to its response headers.",
                self.upstream_seconds.lines("unbroken_upstream_response_seconds"))
+        metric("unbroken_stream_seconds", "histogram",
+               "Time from sending a stream's request upstream to its end, by dialect and end "
+               "status (streams produced by this process).",
+               [line for (dialect, status), histogram in sorted(self.stream_seconds.items())
+                for line in histogram.lines("unbroken_stream_seconds",
+                                            f'dialect="{dialect}",status="{status}"')])
+        metric("unbroken_time_to_first_chunk_seconds", "histogram",
+               "Time from sending a stream's request upstream to its first output frame (text, "
+               "reasoning or a tool call; never a start, ping, usage or end), by dialect.",
+               [line for dialect, histogram in sorted(self.first_chunk_seconds.items())
+                for line in histogram.lines("unbroken_time_to_first_chunk_seconds",
+                                            f'dialect="{dialect}"')])
         return "\n".join(out) + "\n"

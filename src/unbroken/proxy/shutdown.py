@@ -18,6 +18,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from ..streams.logs import log_config
+from .request_head import BoundedHeadProtocol
 
 if TYPE_CHECKING:
     from .app import ProxyApp
@@ -51,6 +52,7 @@ def serve(app: Starlette, *, host: str, port: int, log_level: str) -> None:
         log_config=log_config(log_level),
         timeout_graceful_shutdown=int(config.shutdown_grace + _FLUSH_MARGIN_S + 0.999),
         timeout_keep_alive=max(1, round(config.idle_close)),
+        http=BoundedHeadProtocol,
     )
     freeze_startup_heap()
     DrainingServer(server_config, proxy).run()

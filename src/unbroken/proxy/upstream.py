@@ -25,8 +25,9 @@ from typing import Any
 import httpx2
 
 from ..dialects import dialect_class
+from ..dialects.openai_chat import is_usage_only_chunk
 from ..errors import IdleTimeout, StreamError, TransportError
-from ..events import TextDelta
+from ..events import TextDelta, Usage
 from ..finish import Status
 from ..framing import SSE
 from ..receiver import Frame, StreamReceiver
@@ -35,6 +36,7 @@ from ..streams.logs import log_event
 from ..streams.stream_outcome import closing_error, error_fields, usage_fields
 from .config import ProxyConfig
 from .journal_failures import JOURNAL_ERRORS
+from .metrics import ProxyMetrics
 from .wire import error_frame
 
 __all__ = ["Producer", "UpstreamRequest"]
@@ -57,6 +59,9 @@ class UpstreamRequest:
     body: bytes
     origin: str
     background: bool = False
+    # The proxy added OpenAI chat's ``stream_options.include_usage`` (the client did not set
+    # it): the usage-only chunk that answers is not the client's, see ``Producer._submit``.
+    usage_asked: bool = False
 
 
 class Producer:
@@ -72,8 +77,15 @@ class Producer:
         tail: LiveTail,
         request: UpstreamRequest,
         response: httpx2.Response | None,
+        metrics: ProxyMetrics | None = None,
+        requested: float | None = None,
     ) -> None:
-        """``response=None``: the stream is continued upstream (see ``continue_after``)."""
+        """``response=None``: the stream is continued upstream (see ``continue_after``).
+
+        ``metrics``: told the time to the first output frame and to the end, counted from
+        ``requested`` (the monotonic time the upstream request was sent). Only the producer
+        that made the stream's first request is given them: one that continues a stream
+        started elsewhere would count a second operation."""
         self.stream_id = meta.stream_id
         self.dialect = meta.dialect
         self._journal = journal
@@ -101,6 +113,9 @@ class Producer:
         self._drain_scheduled = False
         self.task: asyncio.Task[None] | None = None
         self._started = time.monotonic()
+        self._metrics = metrics
+        self._requested = self._started if requested is None else requested
+        self._first_chunk_seen = metrics is None  # nothing to tell without metrics
         # Frames carry the monotonic time of the read that completed them; this turns it into
         # the epoch seconds journaled as their receive time (no clock read per frame).
         self._epoch = time.time() - self._started
@@ -241,13 +256,28 @@ class Producer:
 
     def _submit(self, frames: list[Frame]) -> None:
         """Number the frames and submit them to the journal's next group commit, without
-        waiting for it: reading goes on, and readers are woken when the commit lands."""
+        waiting for it: reading goes on, and readers are woken when the commit lands.
+
+        The usage-only chunk of an OpenAI chat stream whose usage the proxy asked for (the
+        client did not) is not a frame of the stream: the receiver has read its usage, which
+        the journal keeps in the stream's state (submitted with these frames, or alone), but
+        it gets no seq and is never sent. So the client's SDK sees the body it asked for, and
+        the seqs a reader resumes by stay 1, 2, 3 ... with no gap where it was.
+        """
         records: list[FrameRecord] = []
         dedupe = self._receiver.seq_source == "provider"
         sse = self._sse
         terminated = bool(self._spec.framing.terminator)
         epoch = self._epoch
+        hidden = False
         for frame in frames:
+            if self._request.usage_asked and _usage_only(frame):
+                hidden = True
+                continue
+            if not self._first_chunk_seen and frame.has_output:
+                self._first_chunk_seen = True
+                assert self._metrics is not None
+                self._metrics.first_chunk(self.dialect, frame.t - self._requested)
             if dedupe:
                 if frame.seq <= self._provider_seq:
                     continue  # a frame the upstream sent again: already forwarded
@@ -272,12 +302,16 @@ class Producer:
                 raw = wire.raw.rstrip(b"\r\n") if terminated else wire.raw
                 records.append(FrameRecord(self.seq, None, raw, text, frame.t + epoch))
         if not records:
+            if hidden:  # the usage alone: journaled now, not only with the next frame
+                self._track(self._journal.submit(self.stream_id, [], self._state(final=False)))
             return
-        landed = self._journal.submit(self.stream_id, records, self._state(final=False))
+        self._track(self._journal.submit(self.stream_id, records, self._state(final=False)))
+        self._in_flight += len(records)
+
+    def _track(self, landed: asyncio.Future[Any]) -> None:
         if landed is not self._last_commit:  # appends of one turn share their group commit
             landed.add_done_callback(self._on_commit)
             self._last_commit = landed
-        self._in_flight += len(records)
 
     def _on_commit(self, landed: asyncio.Future[Any]) -> None:
         if landed.cancelled():
@@ -355,6 +389,8 @@ class Producer:
         closing = closing_error(message, self._stop_reason)
         last = [] if closing is None else [self._error_frame(*closing)]
         await self._journal.append(self.stream_id, last, self._state(final=True))
+        if self._metrics is not None:
+            self._metrics.stream_ended(self.dialect, status, time.monotonic() - self._requested)
         log_event("stream.end", stream_id=self.stream_id, seq=self.seq, status=status.value,
                   upstream_requests=self.upstream_requests,
                   seconds=round(time.monotonic() - self._started, 3))
@@ -393,3 +429,12 @@ class Producer:
         if not final:
             self._progress = state
         return state
+
+
+def _usage_only(frame: Frame) -> bool:
+    """Whether a frame is OpenAI chat's usage-only chunk: only usage parsed from it, and its
+    payload says ``"choices": []`` (only such frames have their JSON read twice)."""
+    events = frame.events
+    if not events or any(event.__class__ is not Usage for event in events):
+        return False
+    return is_usage_only_chunk(frame.sse.data.encode())  # type: ignore[union-attr]

@@ -107,6 +107,19 @@ class StreamState:
     def ended(self) -> bool:
         return self.status in END_STATES
 
+    @property
+    def usage_missing(self) -> str | None:
+        """Why ``usage`` is ``None`` (``None`` when it is not): a stream without usage says so,
+        never reads as zero tokens. ``usage`` is the last the upstream reported, kept whatever
+        the end, so a cancelled or interrupted stream has what arrived before it."""
+        if self.usage is not None:
+            return None
+        if not self.ended:
+            return "the upstream has not reported usage yet"
+        if self.status in (Status.CANCELLED, Status.INTERRUPTED):
+            return f"the stream ended {self.status.value} before the upstream reported usage"
+        return "the upstream reported no usage"
+
     def must_write_after(self, written: StreamState | None) -> bool:
         """Whether this state must be stored now, ``written`` being the one stored last."""
         return (
@@ -143,6 +156,7 @@ class StreamRecord:
             "text": self.text,
             "last_seq": state.last_seq,
             "usage": state.usage,
+            "usage_missing": state.usage_missing,
             "error": state.error,
             "created": meta.created,
             "updated": state.updated,
