@@ -15,7 +15,9 @@ Peers, each fed exactly the way its library feeds itself:
 Bodies: an OpenAI-chat-style stream (CJK, emoji, JSON escapes), its CRLF variant, one 8 MiB
 ``data:`` line, and streams whose every block is ``event:`` + ``data:``: Anthropic Messages
 (``content_block_delta`` events of 150-250 bytes; LF and CRLF) and OpenAI Responses
-(``response.output_text.delta``). On those a sixth peer, ``general``, is unbroken with its hot
+(``response.output_text.delta``); and the chat and Anthropic streams as an unbroken proxy relays
+them, an ``id: STREAM:SEQ`` line in every block (after the event name, as ``proxy/wire.py``
+writes it). On those a sixth peer, ``general``, is unbroken with its hot
 paths switched off: what a hot path for the shape buys. Reads: 1024 bytes, random 1..4096 (seeded),
 and 1 byte (on a smaller body of the same kind, 2 MB; not on the 8 MiB line).
 
@@ -186,6 +188,20 @@ def responses_body(target: int, *, seed: int = 7) -> tuple[bytes, int]:
     }
     parts.append(_event_block("response.completed", done, eol))
     return b"".join(parts), len(parts)
+
+
+def proxied(body: tuple[bytes, int]) -> tuple[bytes, int]:
+    """An LF body as an unbroken proxy relays it: each block with an ``id: STREAM:SEQ`` line,
+    after its event name if it has one (the order of ``proxy/wire.py``)."""
+    blocks = body[0].split(b"\n\n")[:-1]
+    out = []
+    for seq, block in enumerate(blocks):
+        first, _, rest = block.partition(b"\n")
+        if first.startswith(b"event: "):
+            out.append(b"%s\nid: ub_x:%d\n%s\n\n" % (first, seq, rest))
+        else:
+            out.append(b"id: ub_x:%d\n%s\n\n" % (seq, block))
+    return b"".join(out), body[1]
 
 
 def line_body(size: int) -> tuple[bytes, int]:
@@ -475,8 +491,8 @@ def report_targets(results: dict[str, dict[str, dict[str, Timing]]]) -> None:
 
 def report_general_path(results: dict[str, dict[str, dict[str, Timing]]]) -> None:
     # A hot path for a block shape is worth its code at >= 1.5x the general path.
-    print("\n## event: + data: bodies, unbroken against its general path (bar: 1.5x)")
-    for body in ("anthropic", "anthropic-crlf", "responses"):
+    print("\n## event: + data: and proxied bodies, unbroken against its general path (bar: 1.5x)")
+    for body in ("anthropic", "anthropic-crlf", "responses", "proxy-chat", "proxy-anthropic"):
         for pattern in ("1024", "random"):
             best = results[body][pattern]
             ratio = best["general"].seconds / best["unbroken"].seconds
@@ -506,12 +522,15 @@ def main() -> None:
         results[name] |= bench(
             f"{name} (small)", small, small_events, {"1": fixed_reads(small, 1)}, args
         )
-    # Every block "event:" + "data:" (Anthropic Messages, OpenAI Responses); "general" is
-    # unbroken with its hot paths off.
+    # Every block "event:" + "data:" (Anthropic Messages, OpenAI Responses), and bodies as a
+    # proxy relays them (an "id:" line in every block); "general" is unbroken with its hot
+    # paths off.
     for name, make in (
         ("anthropic", anthropic_body),
         ("anthropic-crlf", lambda size: anthropic_body(size, crlf=True)),
         ("responses", responses_body),
+        ("proxy-chat", lambda size: proxied(chat_body(size))),
+        ("proxy-anthropic", lambda size: proxied(anthropic_body(size))),
     ):
         body, events = make(chat_size)
         patterns = {"1024": fixed_reads(body, 1024), "random": random_reads(body)}

@@ -18,6 +18,7 @@ The hierarchy::
     │   ├── IdleTimeout              no content for ``idle_timeout`` (pings do not count)
     │   └── TotalTimeout
     ├── TransportError               I/O: the connection broke (chained from the HTTP library)
+    ├── ProxyInterrupted             an unbroken proxy's own frame: its stream ended interrupted
     └── Interrupted                  retries or resume exhausted; carries the partial ``message``
     LocalProtocolError               misuse of an object (data after EOF, reuse after an error)
     ├── UnsupportedValueError        unbroken.server: a source yielded a value of a type it cannot
@@ -29,10 +30,10 @@ The hierarchy::
     StreamRefusedError               unbroken.server: a start refused (``status``: 429 the owner's
                                      live streams, 503 the process's, or not open)
 
-When a deadline, a final HTTP status or a wrong content type ends a stream short of its finish,
-the client raises an exception of two types, ``Interrupted`` and the cause's own (e.g.
-``Interrupted[IdleTimeout]``, from ``interrupted_by``): code that catches ``Interrupted``
-for every interrupted stream and code that catches ``IdleTimeout`` both see it.
+When a deadline, a final HTTP status, a wrong content type or a proxy's own frame ends a stream
+short of its finish, the client raises an exception of two types, ``Interrupted`` and the
+cause's own (e.g. ``Interrupted[IdleTimeout]``, from ``interrupted_by``): code that catches
+``Interrupted`` for every interrupted stream and code that catches ``IdleTimeout`` both see it.
 
 ``LocalProtocolError`` is deliberately *not* a ``StreamError``: it reports a bug in the caller,
 never something about the stream, so it never lands in ``Message.error``.
@@ -61,6 +62,7 @@ __all__ = [
     "PayloadError",
     "ProtocolError",
     "ProviderError",
+    "ProxyInterrupted",
     "SequenceError",
     "StreamError",
     "StreamNotFoundError",
@@ -217,6 +219,18 @@ class TransportError(StreamError):
     """The connection broke; the HTTP library's exception is ``__cause__``."""
 
 
+class ProxyInterrupted(StreamError):
+    """An unbroken proxy ended the stream ``interrupted`` and said so in a frame of its own (its
+    upstream broke, it shut down or lost its producer): not the provider's error. ``code`` is
+    the proxy's reason (``upstream_interrupted`` ...), ``status`` the stream's status in the
+    proxy's journal; the frame's bytes are in the trace."""
+
+    def __init__(self, detail: str, *, code: str, status: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.status = status
+
+
 class Interrupted(StreamError):
     """The stream ended without a finish reason and could not be continued.
 
@@ -280,6 +294,7 @@ class InterruptedByTotalTimeout(_InterruptedBy, TotalTimeout): ...
 class InterruptedByStreamTimeout(_InterruptedBy, StreamTimeout): ...
 class InterruptedByUpstreamStatusError(_InterruptedBy, UpstreamStatusError): ...
 class InterruptedByContentTypeError(_InterruptedBy, ContentTypeError): ...
+class InterruptedByProxyInterrupted(_InterruptedBy, ProxyInterrupted): ...
 
 
 _BY_CAUSE: dict[type[StreamError], type[_InterruptedBy]] = {
@@ -292,6 +307,7 @@ _BY_CAUSE: dict[type[StreamError], type[_InterruptedBy]] = {
         InterruptedByStreamTimeout,
         InterruptedByUpstreamStatusError,
         InterruptedByContentTypeError,
+        InterruptedByProxyInterrupted,
     )
 }
 for _cause, _kind in _BY_CAUSE.items():
@@ -302,9 +318,9 @@ for _cause, _kind in _BY_CAUSE.items():
 def interrupted_by(cause: StreamError | None, detail: str, *, message: Any) -> Interrupted:
     """The ``Interrupted`` to raise for a stream that ``cause`` ended without a finish reason.
 
-    For a deadline, a final HTTP status or a wrong content type it is also an instance of the
-    cause's type (``Interrupted[IdleTimeout]`` say), with the cause's attributes (``seconds``,
-    ``status``, ``body`` ...), so ``except IdleTimeout`` catches it too.
+    For a deadline, a final HTTP status, a wrong content type or a proxy's own frame it is also
+    an instance of the cause's type (``Interrupted[IdleTimeout]`` say), with the cause's
+    attributes (``seconds``, ``status``, ``code`` ...), so ``except IdleTimeout`` catches it too.
     """
     kind = next((_BY_CAUSE[base] for base in type(cause).__mro__ if base in _BY_CAUSE), None)
     if kind is None:

@@ -69,6 +69,11 @@ class Message:
         self.end_marker: str | None = None
         self.reasoning_signature: str | None = None
         self.duplicates = 0
+        # Generations started for this message, this one included: a client's fresh attempt
+        # after the provider had answered starts another (``Retry.after_response``); the ids
+        # the earlier ones answered with (``None`` where none came) are kept as evidence.
+        self.generations = 1
+        self.earlier_response_ids: list[str | None] = []
         self.gaps: list[tuple[int, int]] = []
         self.sequence_errors: list[SequenceError] = []
         self.warnings: list[TraceWarning] = []

@@ -34,6 +34,7 @@ from .events import Event, ReasoningDelta, TextDelta, ToolCallDelta
 from .finish import END_STATES, Status
 from .jsonparse import dumps_compact
 from .message import Message
+from .resumption import event_id_prefix
 
 __all__ = [
     "FORMAT",
@@ -136,7 +137,7 @@ class NormalizedEncoder:
         self.frames = 0
         self.chars = 0
         self.ended = False
-        self._prefix = f"id: {stream_id}:"
+        self._prefix = "id: " + event_id_prefix(stream_id)
         self._status = self.message.status
 
     def frame(self, seq: int, events: Sequence[Event]) -> bytes:

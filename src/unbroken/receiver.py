@@ -12,12 +12,16 @@ commits them whole or not at all. A decoding error, an oversized event or a malf
 the message ``failed`` with that error; frames completed before it are committed first. After
 that, or after EOF, the receiver takes no more data (``LocalProtocolError``).
 
-Apart, in its own module: recognising an unbroken proxy's unnumbered notice (``proxy_notice``).
+A frame an unbroken proxy wrote itself carries its mark (``resumption.py``; where it sits in
+the payload is the dialect's ``proxy_mark_fields``) and is read for what the proxy says, never as
+the provider's error: a notice that only this response ends early (``resumable``) is not a frame
+of the stream and takes no seq, so the message ends ``interrupted`` at the body's end and a
+resume reads on; a frame that ends the stream takes its seq and ends the message with the
+status the proxy journaled (``ProxyInterrupted``, ``cancelled``, or ``failed``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, NamedTuple
 
@@ -48,8 +52,8 @@ from .framing import (
     WireFrame,
 )
 from .message import Message
-from .proxy_notice import is_gemini_notice, proxy_notice
-from .trace import DEFAULT_RAW_BUDGET, ERROR
+from .resumption import PROXY_DOMAIN, ProxyMark, parse_event_id, proxy_end_error
+from .trace import DEFAULT_RAW_BUDGET, ERROR, IGNORED
 
 __all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "OUTPUT_EVENTS", "Frame",
            "StreamReceiver", "parse"]
@@ -96,8 +100,6 @@ class Frame(NamedTuple):
         return any(event.__class__ in OUTPUT_EVENTS for event in self.events)
 
 
-# An unbroken proxy's event id: "<stream_id>:<n>".
-_PROXY_ID = re.compile(r"(?s)(.+):([0-9]+)")
 _WHITESPACE = b" \t\r\n"
 _new_frame = tuple.__new__  # bypasses NamedTuple's Python-level __new__ on the per-frame path
 
@@ -138,8 +140,8 @@ class StreamReceiver:
             message if message is not None else Message(trace=trace, raw_budget=raw_budget)
         )
         self.stream_id: str | None = None
-        # The Unbroken-Stream-Id of the response, when the caller saw one: an unbroken proxy
-        # numbers every SSE frame it journals, so an unnumbered error frame is its notice.
+        # The Unbroken-Stream-Id of the response, when the caller saw one (an unbroken proxy's
+        # Gemini and Ollama bodies carry no ids).
         self.proxy_stream: str | None = None
         self.finished = False
         self._max_event_size = max_event_size
@@ -282,18 +284,14 @@ class StreamReceiver:
                 self._fail_frame(err, sse, t)
                 break
             block_id = sse.block_id if is_sse else None
-            if block_id is None and is_sse and (source == "proxy" or (
-                # A Gemini POST may carry no ids at all: there the proxy marks its notice.
-                self.proxy_stream is not None and (
-                    is_gemini_notice(payload) if dialect.ids_when_accepted else source is None)
-            )):
-                # Every frame an unbroken proxy journals carries its id; one without is the
-                # proxy's own notice that this response ends before the stream did.
-                notice = proxy_notice(self.message, dialect, sse, payload, t, self._last_seq + 1)
-                if notice is not None:
-                    append(_new_frame(Frame, (-1, None, sse.nbytes, t, notice, False, sse)))
-                    offset += sse.nbytes
-                    continue
+            marked = dialect.proxy_mark_fields(payload, PROXY_DOMAIN)
+            mark = None if marked is None else ProxyMark.from_fields(marked)
+            if mark is not None and mark.resumable:
+                # Only this response ends early: not a frame of the stream, no seq.
+                self._note_proxy(mark, sse, t, committed=False)
+                append(_new_frame(Frame, (-1, None, sse.nbytes, t, [], False, sse)))
+                offset += sse.nbytes
+                continue
             if source == "position":
                 position += 1
                 seq = position
@@ -303,8 +301,17 @@ class StreamReceiver:
                 source = self.seq_source
             else:
                 seq = self._seq(block_id, payload)
-            events = dialect.events(sse, payload, seq)
             nbytes = sse.nbytes
+            if mark is not None:
+                # The proxy's last frame of the stream: its seq is committed (a resume reads
+                # after it), what it says ends the message.
+                committed = commit(seq, [], t, nbytes, block_id, sse.raw)
+                append(_new_frame(Frame, (seq, block_id, nbytes, t, [], committed, sse)))
+                offset += nbytes
+                self._frames_seen, self._offset, self._position = seen, offset, position
+                self._note_proxy(mark, sse, t, committed=True)
+                return frames
+            events = dialect.events(sse, payload, seq)
             committed = commit(seq, events, t, nbytes, block_id, sse.raw)
             append(_new_frame(Frame, (seq, block_id, nbytes, t, events, committed, sse)))
             offset += nbytes
@@ -314,9 +321,9 @@ class StreamReceiver:
     def _first_seq(self, block_id: str | None, payload: Any) -> int:
         """Fix the stream's seq source from its first frame, then number that frame."""
         source: SeqSourceName
-        if block_id is not None and (match := _PROXY_ID.fullmatch(block_id)):
+        if block_id is not None and (named := parse_event_id(block_id)):
             source = "proxy"
-            self.stream_id = match.group(1)
+            self.stream_id = named[0]
         elif self._provider_seq(payload) is not None:
             source = "provider"
         elif block_id is not None and block_id.isdigit():
@@ -340,8 +347,8 @@ class StreamReceiver:
             seq = self._provider_seq(payload)
         elif block_id is not None:
             if source == "proxy":
-                match = _PROXY_ID.fullmatch(block_id)
-                seq = int(match.group(2)) if match else None
+                named = parse_event_id(block_id)
+                seq = named[1] if named else None
             elif block_id.isdigit():
                 seq = int(block_id)
         if seq is None:
@@ -404,6 +411,22 @@ class StreamReceiver:
         self.message.expect_end_marker = self.dialect.end_marker
 
     # -- endings ------------------------------------------------------------------------------
+
+    def _note_proxy(self, mark: ProxyMark, sse: Any, t: float, *, committed: bool) -> None:
+        """Record what the proxy said; a frame that ends the stream (``committed``) ends the
+        message with the status the proxy journaled."""
+        message = self.message
+        if not committed:
+            message.warn("proxy_notice", f"the proxy ended this response early: {mark.code}: "
+                                         f"{mark.message}")
+            if message.trace.enabled:
+                message.trace.record(-1, None, sse.nbytes, t, [], IGNORED, sse.raw)
+            return
+        message.warn("proxy_end", f"the proxy ended the stream {mark.status}: {mark.code}: "
+                                  f"{mark.message}")
+        self.finished = True
+        error = proxy_end_error(mark)
+        message.close(error, cancelled=error is None)
 
     def _fail_frame(self, err: PayloadError, frame: Any, t: float) -> None:
         err.line = frame.line if isinstance(frame, JSONLine) else self._frames_seen

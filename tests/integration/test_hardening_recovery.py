@@ -4,6 +4,8 @@ its reason; a Responses background stream is re-attached upstream when its owner
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -25,7 +27,10 @@ from tests.integration.test_proxy_support import (
     stream_status,
 )
 
+from unbroken.client import Retry, astream, stream
+from unbroken.errors import Interrupted, ProxyInterrupted, StreamError
 from unbroken.finish import Status
+from unbroken.message import Message
 from unbroken.mock import reply_text
 
 pytestmark = pytest.mark.integration
@@ -43,6 +48,32 @@ def _status_when_settled(proxy: str, stream_id: str) -> dict[str, Any]:
             return status
         assert time.monotonic() < deadline, "the lease never expired"
         time.sleep(0.1)
+
+
+def _read_events(flavour: str, proxy: str, stream_id: str,
+                 dialect: str) -> tuple[Message, StreamError | None, int]:
+    """``GET /v1/streams/{id}/events`` read to its end by ``unbroken.stream`` / ``astream``."""
+    url = f"{proxy}/v1/streams/{stream_id}/events"
+    if flavour == "sync":
+        with stream("GET", url, dialect=dialect, headers=AUTH, retry=Retry(backoff=0.01)) as s:
+            try:
+                for _ in s:
+                    pass
+            except StreamError as err:
+                return s.message, err, s.connections
+            return s.message, None, s.connections
+
+    async def main() -> tuple[Message, StreamError | None, int]:
+        async with astream("GET", url, dialect=dialect, headers=AUTH,
+                           retry=Retry(backoff=0.01)) as s:
+            try:
+                async for _ in s:
+                    pass
+            except StreamError as err:
+                return s.message, err, s.connections
+            return s.message, None, s.connections
+
+    return asyncio.run(main())
 
 
 def test_sigkill_mid_stream_keeps_every_frame_and_reports_interrupted(
@@ -74,8 +105,16 @@ def test_sigkill_mid_stream_keeps_every_frame_and_reports_interrupted(
             (e.event, e.data, e.id) for e in before
         ]
         assert [(e.event, e.id) for e in after[7:]] == [("error", f"{stream_id}:8")]
-        assert '"proxy_restarted"' not in after[7].data  # the dialect's own error shape
-        assert message_of("anthropic", events.content).status is Status.FAILED
+        # The dialect's own error shape (the SDK raises), with the proxy's mark: read as the
+        # status the proxy journaled, the exact prefix kept.
+        assert json.loads(after[7].data)["error"] == {
+            "type": "api_error", "message": status["error"]["message"],
+            "unbroken": {"code": "proxy_restarted", "status": "interrupted",
+                         "resumable": "false"}}
+        read = message_of("anthropic", events.content)
+        assert (read.status, read.text, read.last_seq) == (
+            Status.INTERRUPTED, call.text_after(21, 10, 7), 8)
+        assert isinstance(read.error, ProxyInterrupted) and read.error.code == "proxy_restarted"
         # The same POST resumed after seq 3: frames 4..8, no upstream request.
         resumed = httpx2.post(second.base_url + call.path, json=call.body, timeout=10,
                               headers=call.headers(scenario) | {"Last-Event-ID": f"{stream_id}:3"})
@@ -128,6 +167,14 @@ def test_sigkill_with_a_live_stream_of_every_dialect_keeps_all_their_frames(
             assert [e.id for e in events] == [
                 f"{stream_id}:{n}" for n in range(1, taken + 2)]
             assert "lease expired" in events[-1].data and "error" in events[-1].data
+            # unbroken.stream and astream read the proxy's end as it journaled it.
+            for flavour in ("sync", "async"):
+                message, raised, connections = _read_events(flavour, second.base_url,
+                                                             stream_id, dialect)
+                assert (message.status, message.text, message.last_seq, connections) == (
+                    Status.INTERRUPTED, status["text"], taken + 1, 1)
+                assert isinstance(raised, ProxyInterrupted) and isinstance(raised, Interrupted)
+                assert (raised.code, raised.status) == ("proxy_restarted", "interrupted")
     assert mock_counts(mock_server)["generations"] == {
         CALLS[d].path.partition("?")[0]: 1 for d in DIALECTS}
 

@@ -20,6 +20,7 @@ from tests.integration.test_proxy_support import (
     stream_status,
 )
 
+from unbroken.errors import ProxyInterrupted
 from unbroken.finish import Status
 from unbroken.mock import reply_text
 
@@ -99,8 +100,12 @@ def test_sigterm_lets_live_streams_finish_within_the_grace_then_interrupts_the_r
     assert [f.id for f in frames] == [f"{anthropic_id}:{n}" for n in range(1, 7)]
     assert frames[-1].event == "error" and "shut down" in frames[-1].data
     stuck_message = message_of("anthropic", anthropic_body)
-    assert stuck_message.status is Status.FAILED
+    # The proxy's frame says what it journaled: interrupted (it shut down), not a failure.
+    assert stuck_message.status is Status.INTERRUPTED
     assert stuck_message.text == anthropic.text_after(32, 8, 5)
+    assert isinstance(stuck_message.error, ProxyInterrupted)
+    assert (stuck_message.error.code, stuck_message.error.status) == (
+        "proxy_shutdown", "interrupted")
 
     drained = [r for r in log_records(log) if r.get("event") in ("proxy.draining",
                                                                    "proxy.drained")]

@@ -1,8 +1,8 @@
 """A Gemini POST through the proxy carries no ids (google-genai parses every non-``data:`` line
 as JSON), so an unnumbered error frame there is not by itself the proxy's notice. The proxy marks
-its notice with a ``google.rpc.ErrorInfo`` (domain ``unbroken``, reason ``STREAM_INCOMPLETE``):
-google-genai raises with that detail in hand, and unbroken's client reads it as the end of this
-response (interrupted, resumable: test_proxy_lifecycle.py)."""
+its notice with a ``google.rpc.ErrorInfo`` (domain ``unbroken``, reason ``STREAM_INCOMPLETE``,
+the mark's fields as metadata): google-genai raises with that detail in hand, and unbroken's
+client reads it as the end of this response (interrupted, resumable: test_proxy_lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.integration
 
 SCENARIO = "seed=1; tokens=10; delay_ms=20"  # one frame per upstream read: 3 are journaled
 ERROR_INFO = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "STREAM_INCOMPLETE",
-              "domain": "unbroken"}
+              "domain": "unbroken", "metadata": {"code": "stream_incomplete",
+                                                 "status": "streaming", "resumable": "true"}}
 
 
 def test_the_gemini_notice_on_the_wire(mock_server: str) -> None:
@@ -42,7 +43,10 @@ def test_the_gemini_notice_on_the_wire(mock_server: str) -> None:
     frames = frames_of("gemini", body)
     assert [frame.id for frame in frames] == [""] * 4  # no ids on a Gemini POST
     assert json.loads(frames[-1].data)["error"]["details"] == [ERROR_INFO]
-    assert message_of("gemini", body).status is Status.FAILED  # no proxy_stream: an error
+    # The mark tells, with or without the response's Unbroken-Stream-Id: not a provider error.
+    read = message_of("gemini", body)
+    assert (read.status, read.error, read.text) == (
+        Status.INTERRUPTED, None, call.text_after(1, 10, 3))
 
 
 def test_google_genai_raises_on_the_notice_with_its_error_info(mock_server: str) -> None:

@@ -33,6 +33,7 @@ from tests.integration.test_proxy_support import (
 from unbroken.finish import Status
 from unbroken.mock import reply_text
 from unbroken.proxy.wire import error_frame
+from unbroken.resumption import ProxyMark
 from unbroken.streams.journal import FrameRecord
 
 pytestmark = pytest.mark.integration
@@ -216,7 +217,7 @@ def test_a_cancel_on_b_stops_the_generation_on_a(
         assert cancelled.status_code == 200
         tail = reader.rest()  # A's reader: the cancelled end, then the body ends
     # The producer on A wrote the end, in the dialect's own error format.
-    end = error_frame(dialect, taken + 1, "stream_cancelled", CANCELLED,
+    end = error_frame(dialect, taken + 1, ended_mark("stream_cancelled", CANCELLED),
                       taken if dialect == "openai-responses" else None)
     assert len(head) + len(tail) == taken + 1 < call.total(tokens)  # stopped early
     if dialect == "ollama":
@@ -266,7 +267,8 @@ def test_sigkill_of_a_ends_its_streams_on_b_interrupted_with_their_prefix(
         "interrupted", followed_taken + 1, followed.text_after(31, 10, followed_taken),
         "proxy_restarted")
     assert read_as_sse([end]) == [sse_frame(followed_id, error_frame(
-        "openai-chat", followed_taken + 1, "proxy_restarted", status["error"]["message"]))]
+        "openai-chat", followed_taken + 1,
+        ended_mark("proxy_restarted", status["error"]["message"])))]
 
     # Nobody reads the other stream: B's periodic sweep settles it (nothing here touches it
     # on B before the sweep's log line).
@@ -279,8 +281,8 @@ def test_sigkill_of_a_ends_its_streams_on_b_interrupted_with_their_prefix(
         f"{b.base_url}/v1/streams/{unread_id}/events", headers=AUTH, timeout=TIMEOUT).content)
     assert read_as_sse(stored) == [
         (frame.event, frame.data, f"{unread_id}:{n}") for n, frame in enumerate(unread_head, 1)
-    ] + [sse_frame(unread_id, error_frame("anthropic", unread_taken + 1, "proxy_restarted",
-                                          status["error"]["message"]))]
+    ] + [sse_frame(unread_id, error_frame(
+        "anthropic", unread_taken + 1, ended_mark("proxy_restarted", status["error"]["message"])))]
     # Each stream settled once, by B; nothing generated again.
     recovered = sorted((record["stream_id"], record["seq"]) for record in log_records(b.log)
                        if record.get("event") == "stream.recovered")
@@ -323,3 +325,9 @@ def test_only_the_creating_credential_or_the_stream_token_reads_it_on_b(
                                                                                         tokens))
     assert stream_status(b.base_url, stream_id) == status.json()  # the owner's key, on B
     assert mock_counts(mock_server) == generations(call)
+
+
+def ended_mark(code: str, message: str) -> ProxyMark:
+    """The mark of a frame the proxy journaled to end a stream."""
+    status = "cancelled" if code == "stream_cancelled" else "interrupted"
+    return ProxyMark(code=code, status=status, resumable=False, message=message)

@@ -46,10 +46,12 @@ from tests.integration.test_proxy_support import (
 )
 from tests.servers import serve_in_thread
 
+from unbroken.errors import ProxyInterrupted
 from unbroken.finish import Status
 from unbroken.mock import create_app as create_mock
 from unbroken.mock import reply_text
 from unbroken.proxy.wire import error_frame
+from unbroken.resumption import ProxyMark
 
 __all__ = ["replicas"]  # the fixture of test_proxy_replicas.py, used here by name
 
@@ -178,19 +180,22 @@ def test_sigkill_of_a_ends_the_post_resumes_following_on_b_with_the_error_frame(
         assert (status["status"], status["last_seq"], status["text"], status["error"]) == (
             "interrupted", taken + 1, call.text_after(seed + index, tokens, taken),
             {"type": "proxy_restarted", "message": LEASE_EXPIRED})
-        end = error_frame(dialect, taken + 1, "proxy_restarted", LEASE_EXPIRED,
+        end = error_frame(dialect, taken + 1, ended_mark("proxy_restarted", LEASE_EXPIRED),
                           taken if dialect == "openai-responses" else None)
         if dialect == "ollama":
             assert [line.raw.rstrip(b"\r\n") for line in tails[dialect]] == [end.data]
         else:
             assert read_as_sse(tails[dialect]) == [sse_frame(stream_id, end)]
-        # What the client built from both responses: the prefix, then the failure.
+        # What the client built from both responses: the prefix, then the proxy's end, read as
+        # the status it journaled (interrupted), not as the provider's failure.
         body_on_b = middle + b"".join(frame.raw for frame in tails[dialect])
         # NDJSON has no ids (a line's seq is its position): one body, as the client joins it.
         joined = (message_of(dialect, head + body_on_b) if dialect == "ollama"
                   else message_of(dialect, head, body_on_b))
         assert (joined.text, joined.status, joined.duplicates) == (
-            call.text_after(seed + index, tokens, taken), Status.FAILED, 0)
+            call.text_after(seed + index, tokens, taken), Status.INTERRUPTED, 0)
+        assert isinstance(joined.error, ProxyInterrupted)
+        assert (joined.error.code, joined.error.status) == ("proxy_restarted", "interrupted")
     recovered = sorted(record["stream_id"] for record in log_records(b.log)
                        if record.get("event") == "stream.recovered")
     assert recovered == sorted(stream_id for stream_id, *_ in followed.values())
@@ -316,3 +321,9 @@ def test_one_key_posted_on_a_and_b_at_once_makes_one_generation(
     assert [text for _, text in answers] == [reply_text(seed, tokens)] * 2
     assert counts == generations(call)
     assert answers[0][0] == answers[1][0]
+
+
+def ended_mark(code: str, message: str) -> ProxyMark:
+    """The mark of a frame the proxy journaled to end a stream."""
+    status = "cancelled" if code == "stream_cancelled" else "interrupted"
+    return ProxyMark(code=code, status=status, resumable=False, message=message)

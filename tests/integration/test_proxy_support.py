@@ -160,7 +160,8 @@ def message_of(dialect: str, *bodies: bytes) -> Any:
             events = SSEDecoder()
             body = b"".join(e.data.encode() + b"\n" for e in events.receive_data(body))
         receiver.receive_data(body)
-    receiver.receive_eof()
+    if not receiver.finished:  # the proxy's frame that ends a stream ends the receiver too
+        receiver.receive_eof()
     return receiver.message
 
 

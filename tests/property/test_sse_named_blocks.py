@@ -1,10 +1,12 @@
 """The accelerator's contract: it gives exactly what the field reader gives, or declines.
 
-Streams of ``event:`` + ``data:`` blocks, lone ``data:`` blocks and other shapes, in any reads:
-SSEDecoder with its accelerator must give exactly what it gives without (``sse_paths("general")``)
-for the whole body: the same events field by field (``raw`` too), the same error and the same
-stream state, ``bytes_received`` included. And ``read_shaped`` alone, on complete blocks, returns
-None or the field reader's events. The shapes are drawn so that most blocks are the ones the
+Streams of ``event:`` + ``data:`` blocks and lone ``data:`` blocks, either with an ``id:`` line
+(first or, as an unbroken proxy writes it, after the name) and other shapes, in any reads:
+SSEDecoder with its accelerator must give exactly what it gives without
+(``sse_paths("general")``) for the whole body: the same events field by field (``raw`` too), the
+same error and the same stream state (the last event ID and ``bytes_received`` included). And
+``read_shaped`` alone, on complete blocks, returns None or the field reader's events, the last
+carrying the last event ID. The shapes are drawn so that most blocks are the ones the
 accelerator takes, with the near misses it must leave alone.
 """
 
@@ -28,11 +30,18 @@ TEXT = st.text(
 )
 NAMES = st.sampled_from(["content_block_delta", "response.output_text.delta", "e", " x", "é:"])
 IDS = st.sampled_from([b"7", b"", b"a\x00"])
+# IDs the accelerator takes (a proxy's ``stream_id:seq``, the empty one, UTF-8, a colon, a
+# leading space that is the value's), and ones it must leave to the field reader.
+GOOD_IDS = st.sampled_from([b"ub_x:12", b"", "é你:1".encode(), b" 7", b"a:b: c"])
+BAD_IDS = st.sampled_from([b"a\x00", b"\x00", b"7\xff", b"\xe4\xb8"])
 INVALID = st.sampled_from([b"\xff", b"\xe4\xb8", b"\xc0\x80"])
 # Shapes the hot paths take (most draws), and near misses the general path must read.
 TAKEN = ["named"] * 6 + ["data"] * 3
+ID_TAKEN = ["id named"] * 3 + ["named id"] * 3 + ["id data"] * 3
 OTHER = ["empty name", "no space", "id", "retry", "comment", "two data", "data then event",
-         "two events", "no data", "blank", "cr only", "invalid"]  # fmt: skip
+         "two events", "no data", "blank", "cr only", "invalid", "bad id", "id no space",
+         "id only", "id empty name", "id two data", "two ids", "id cr only", "named id cr only",
+         "named id two data", "named id empty name", "named bad id"]  # fmt: skip
 
 
 @st.composite
@@ -46,6 +55,20 @@ def block(draw: st.DrawFn, eol: bytes, kinds: list[str]) -> bytes:
         "empty name": [b"event: ", b"data: " + value],
         "no space": [b"event:" + name, b"data: " + value],
         "id": [b"event: " + name, b"id: " + draw(IDS), b"data: " + value],
+        "id named": [b"id: " + draw(GOOD_IDS), b"event: " + name, b"data: " + value],
+        "named id": [b"event: " + name, b"id: " + draw(GOOD_IDS), b"data: " + value],
+        "id data": [b"id: " + draw(GOOD_IDS), b"data: " + value],
+        "bad id": [b"id: " + draw(BAD_IDS), b"data: " + value],
+        "id no space": [b"id:" + draw(GOOD_IDS), b"data: " + value],
+        "id only": [b"id: " + draw(GOOD_IDS)],
+        "id empty name": [b"id: 7", b"event: ", b"data: " + value],
+        "id two data": [b"id: 7", b"event: " + name, b"data: " + value, b"data: " + value],
+        "two ids": [b"id: 7", b"id: " + draw(GOOD_IDS), b"data: " + value],
+        "id cr only": [b"id: 7\rdata: " + value],
+        "named id cr only": [b"event: " + name, b"id: 7\rdata: " + value],
+        "named id two data": [b"event: " + name, b"id: 7", b"data: " + value, b"data: " + value],
+        "named id empty name": [b"event: ", b"id: 7", b"data: " + value],
+        "named bad id": [b"event: " + name, b"id: " + draw(BAD_IDS), b"data: " + value],
         "retry": [b"event: " + name, b"data: " + value, b"retry: 1500"],
         "comment": [b": ping", b"event: " + name, b"data: " + value],
         "two data": [b"event: " + name, b"data: " + value, b"data: " + value],
@@ -64,7 +87,9 @@ def block(draw: st.DrawFn, eol: bytes, kinds: list[str]) -> bytes:
 @st.composite
 def stream(draw: st.DrawFn) -> bytes:
     eol = draw(st.sampled_from([b"\n", b"\n", b"\r\n"]))
-    kinds = TAKEN if draw(st.booleans()) else TAKEN + OTHER  # half the streams: hot shapes only
+    # Half the streams: hot shapes only, with IDs (a proxy's) or without.
+    hot = draw(st.sampled_from([TAKEN, ID_TAKEN]))
+    kinds = hot if draw(st.booleans()) else hot + OTHER
     blocks = draw(st.lists(block(eol, kinds), min_size=1, max_size=12))
     body = b"".join(blocks)
     if draw(st.booleans()):
@@ -127,3 +152,4 @@ def test_read_shaped_declines_or_gives_what_the_field_reader_gives(
         decoder = sse_decoder(errors=errors, last_event_id="7")  # type: ignore[arg-type]
         expected = decoder.receive_data(body[:end])
     assert (exact(shaped[0]), shaped[1]) == (exact(expected), end)
+    assert (shaped[0][-1].id if shaped[0] else "7") == decoder.last_event_id

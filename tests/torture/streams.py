@@ -48,6 +48,9 @@ class Read:
     connections: int = 0
     error: str = ""
     streams: int = 1  # proxy streams it read from: more than one is a second generation
+    # Generations the reader itself reports (Message.generations); the raw reader never asks
+    # for a second one (its POST is retried with one Idempotency-Key).
+    generations: int = 1
 
 
 def read_sync(base: str, call: Call, scenario: str) -> Read:
@@ -66,7 +69,8 @@ def read_sync(base: str, call: Call, scenario: str) -> Read:
         text = "".join(s.iter_text())
     error = type(s.message.error).__name__ if s.message.error is not None else ""
     return Read(seen[-1] if seen else None, text, s.message.status.value,
-                connections=s.connections, error=error, streams=len(set(seen)))
+                connections=s.connections, error=error, streams=len(set(seen)),
+                generations=s.message.generations)
 
 
 def read_async(base: str, call: Call, scenario: str) -> Read:
@@ -86,7 +90,8 @@ def read_async(base: str, call: Call, scenario: str) -> Read:
             text = "".join([piece async for piece in s.iter_text()])
         error = type(s.message.error).__name__ if s.message.error is not None else ""
         return Read(seen[-1] if seen else None, text, s.message.status.value,
-                    connections=s.connections, error=error, streams=len(set(seen)))
+                    connections=s.connections, error=error, streams=len(set(seen)),
+                    generations=s.message.generations)
 
     return asyncio.run(run())
 

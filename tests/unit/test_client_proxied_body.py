@@ -27,7 +27,8 @@ def sse(seq: int | None, data: str, event: str | None = None) -> bytes:
 FRAMES = [sse(1, '{"t":"你"}'), b": keep-alive\n" + sse(2, '{"t":"好🙂"}'), sse(3, "[DONE]")]
 NOTICE = b'data: {"error":{"message":"unbroken proxy: this response ended early"}}\n\n'
 GEMINI_NOTICE = (b'data: {"error":{"code":500,"message":"unbroken proxy: ended early","details":'
-                 b'[{"domain":"unbroken","reason":"STREAM_INCOMPLETE"}]}}\n\n')
+                 b'[{"domain":"unbroken","reason":"STREAM_INCOMPLETE","metadata":{"code":'
+                 b'"stream_incomplete","status":"streaming","resumable":"true"}}]}}\n\n')
 
 
 def splits(body: bytes) -> Iterator[list[bytes]]:
@@ -158,7 +159,8 @@ def test_an_error_frame_without_the_mark_is_a_gemini_frame() -> None:
 
 def test_ndjson_lines_count_and_the_proxys_error_line_is_held() -> None:
     lines = b'{"message":{"content":"\xe4\xbd\xa0"},"done":false}\n\n{"done":false}\n'
-    notice = b'{"error":"unbroken proxy: this response ended before stream x did"}\n'
+    notice = (b'{"error":"unbroken proxy: this response ended before stream x did [unbroken '
+              b'code=stream_incomplete; status=streaming; resumable=true]"}\n')
     for chunks in splits(lines + notice):
         state = ProxiedBody(SID, ndjson=True)
         assert b"".join(feed(state, chunks)) == lines
@@ -171,6 +173,13 @@ def test_ndjson_lines_count_and_the_proxys_error_line_is_held() -> None:
     # goes out once, as the resume's numbered frame.
     assert state.receive(resumed) == b'{"error":"unbroken proxy: upstream broke"}\n'
     assert (state.seq, state.receive_eof(), state.give_up()) == (3, True, b"")
+
+
+def test_an_ollama_error_line_without_the_mark_is_the_providers() -> None:
+    line = b'{"error":"unbroken proxy: said by the model, not the proxy"}\n'
+    state = ProxiedBody(SID, ndjson=True)
+    assert state.receive(line) == line
+    assert (state.seq, state.receive_eof(), state.give_up()) == (1, True, b"")
 
 
 def test_a_cut_ndjson_line_is_not_handed_on() -> None:

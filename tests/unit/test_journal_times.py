@@ -12,6 +12,7 @@ import redis.exceptions
 
 from unbroken.finish import Status
 from unbroken.proxy.wire import error_frame
+from unbroken.resumption import ProxyMark
 from unbroken.streams.journal import (
     FrameRecord,
     Journal,
@@ -65,7 +66,7 @@ async def test_a_proxy_error_frame_carries_the_time_it_was_made(journal: Journal
     import time
 
     before = time.time()
-    frame = error_frame("anthropic", 1, "upstream_interrupted", "broke")
+    frame = error_frame("anthropic", 1, ended_mark("upstream_interrupted", "broke"))
     after = time.time()
     assert before <= frame.at <= after
     await journal.create(meta(), streaming(0))
@@ -207,3 +208,9 @@ async def test_a_resend_with_the_same_times_is_taken_once_and_other_times_confli
         assert record is not None and (record.state.last_seq, record.text) == (3, "<1><2>x")
     finally:
         await journal.close()
+
+
+def ended_mark(code: str, message: str) -> ProxyMark:
+    """The mark of a frame the proxy journaled to end a stream."""
+    status = "cancelled" if code == "stream_cancelled" else "interrupted"
+    return ProxyMark(code=code, status=status, resumable=False, message=message)

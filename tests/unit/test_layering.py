@@ -37,8 +37,8 @@ OPTIONAL = [
     "unbroken.jsonparse",
     "unbroken.message",
     "unbroken.normalized_sse",
-    "unbroken.proxy_notice",
     "unbroken.receiver",
+    "unbroken.resumption",
     "unbroken.trace",
     "unbroken.transitions",
 ]

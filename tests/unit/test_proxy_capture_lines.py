@@ -15,6 +15,7 @@ from unbroken.client.capture import CANCELLED, parse_capture, replay_capture
 from unbroken.finish import Status
 from unbroken.proxy.evidence import capture_lines
 from unbroken.proxy.wire import error_frame
+from unbroken.resumption import ProxyMark
 from unbroken.streams.journal import (
     FrameRecord,
     Journal,
@@ -95,7 +96,8 @@ async def test_a_long_stream_is_read_in_batches_and_every_frame_is_one_read() ->
     assert [read["t"] for read in reads[:3]] == [0.01, 0.02, 0.03]
     assert base64.b64decode(reads[0]["b"]) == b"data: " + frames[0].data + b"\n\n"
     assert records[-1] == {"end": "eof", "status": "completed", "finish_reason": "stop",
-                           "last_seq": count}
+                           "last_seq": count, "usage": None,
+                           "usage_missing": "the upstream reported no usage"}
     # Never more than one batch at a time: full batches, the rest, then one empty read before
     # and one after the end state was seen.
     assert journal.reads == [(0, FOLLOW_BATCH, FOLLOW_BATCH),
@@ -113,8 +115,8 @@ async def test_the_proxys_error_frame_is_the_end_record_and_the_replay_is_interr
     await journal.open()
     stream_id = meta().stream_id
     await journal.create(meta(), StreamState(status=Status.STREAMING, updated=CREATED))
-    made = error_frame("openai-chat", 3, "upstream_interrupted",
-                       "unbroken proxy: the upstream stream broke before it finished")
+    made = error_frame("openai-chat", 3, ended_mark(
+        "upstream_interrupted", "unbroken proxy: the upstream stream broke before it finished"))
     await journal.append(stream_id, [chunk(1, "Hel"), chunk(2, "lo, wor"), made],
                          ended(Status.INTERRUPTED, 3,
                                error={"type": "TransportError", "message": "broke"}))
@@ -126,7 +128,9 @@ async def test_the_proxys_error_frame_is_the_end_record_and_the_replay_is_interr
         "b": base64.b64encode(b"data: " + made.data + b"\n\n").decode()}
     assert end == {"end": "error",
                    "error": "unbroken proxy: the upstream stream broke before it finished",
-                   "status": "interrupted", "finish_reason": None, "last_seq": 3}
+                   "status": "interrupted", "finish_reason": None, "last_seq": 3,
+                   "usage": None, "usage_missing": "the stream ended interrupted before the "
+                                                   "upstream reported usage"}
     message = replay_capture(parse_capture([json.dumps(r) for r in records], "export"))
     assert (message.status, message.text, message.last_seq) == (
         Status.INTERRUPTED, "Hello, wor", 2)
@@ -141,8 +145,8 @@ async def test_a_cancelled_stream_replays_cancelled() -> None:
     delta = FrameRecord(1, "content_block_delta",
                         b'{"type":"content_block_delta","index":0,'
                         b'"delta":{"type":"text_delta","text":"Hi"}}', "Hi", CREATED + 0.5)
-    made = error_frame("anthropic", 2, "stream_cancelled",
-                       "unbroken proxy: the stream was cancelled")
+    made = error_frame("anthropic", 2,
+                       ended_mark("stream_cancelled", "unbroken proxy: the stream was cancelled"))
     await journal.append(stream_id, [delta, made], ended(Status.CANCELLED, 2))
     records = await exported(journal, stream_id)
     assert base64.b64decode(records[2]["b"]) == (
@@ -160,7 +164,7 @@ async def test_a_live_stream_ends_live_and_replays_streaming() -> None:
     await journal.append(stream_id, [chunk(1, "half a sen")],
                          StreamState(status=Status.STREAMING, updated=CREATED, last_seq=1))
     records = await exported(journal, stream_id)
-    assert records[-1] == {"end": "live", "status": "streaming", "last_seq": 1}
+    assert records[-1] == {"end": "live", "status": "streaming", "last_seq": 1, "usage": None}
     message = replay_capture(parse_capture([json.dumps(r) for r in records], "export"))
     assert (message.status, message.text, message.last_seq) == (
         Status.STREAMING, "half a sen", 1)
@@ -177,7 +181,9 @@ async def test_an_interrupted_stream_without_a_proxy_frame_ends_with_its_error()
     records = await exported(journal, stream_id)
     assert [r.get("seq") for r in records[2:-1]] == [1]
     assert records[-1] == {"end": "error", "error": "producer stopped", "status": "interrupted",
-                           "finish_reason": None, "last_seq": 1}
+                           "finish_reason": None, "last_seq": 1, "usage": None,
+                           "usage_missing": "the stream ended interrupted before the upstream "
+                                            "reported usage"}
 
 
 async def test_frames_of_an_upgraded_sqlite_file_are_marked_untimed(tmp_path: Path) -> None:
@@ -221,3 +227,9 @@ async def test_a_stream_purged_during_the_export_ends_with_an_error() -> None:
     assert [r.get("seq") for r in records[2:-1]] == []
     assert records[-1] == {"end": "error",
                            "error": "the stream left the journal (expired) while it was exported"}
+
+
+def ended_mark(code: str, message: str) -> ProxyMark:
+    """The mark of a frame the proxy journaled to end a stream."""
+    status = "cancelled" if code == "stream_cancelled" else "interrupted"
+    return ProxyMark(code=code, status=status, resumable=False, message=message)

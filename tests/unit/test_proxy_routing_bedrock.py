@@ -3,12 +3,15 @@ out, and the exception message that ends a response the proxy had to cut short."
 
 from __future__ import annotations
 
+import json
+
 from unbroken import parse
-from unbroken.errors import ProviderError
+from unbroken.errors import ProviderError, ProxyInterrupted
 from unbroken.finish import Status
-from unbroken.framing import EVENT_STREAM, EventStreamDecoder
+from unbroken.framing import EVENT_STREAM, EventStreamDecoder, encode_message
 from unbroken.proxy.routing import Endpoint, endpoint_for, wants_stream
-from unbroken.proxy.wire import downstream_for, error_frame
+from unbroken.proxy.wire import downstream_for, error_frame, proxy_error_message
+from unbroken.resumption import ProxyMark
 from unbroken.streams.journal import FrameRecord
 
 STREAM = Endpoint(provider="bedrock", dialect="bedrock-converse")
@@ -36,15 +39,33 @@ def test_a_binary_framing_goes_out_as_journaled_on_every_route() -> None:
         assert out.frames("ub_x", frames, first=True) == b"\x00\x01\x02"
 
 
-def test_the_proxys_exception_message_fails_the_message_as_retryable() -> None:
-    frame = error_frame("bedrock-converse", 5, "stream_incomplete",
-                        "unbroken proxy: the journal lost this stream")
+def test_the_proxys_exception_message_ends_the_message_as_the_proxy_journaled() -> None:
+    mark = ProxyMark(code="upstream_interrupted", status="interrupted", resumable=False,
+                     message="unbroken proxy: the upstream broke")
+    frame = error_frame("bedrock-converse", 5, mark)
     [decoded] = EventStreamDecoder().receive_data(frame.data)
+    # What the service sends for a stream it cannot finish; boto3 raises EventStreamError.
     assert decoded.headers == {":exception-type": "internalServerException",
                                ":content-type": "application/json",
                                ":message-type": "exception"}
+    assert json.loads(decoded.payload) == {
+        "message": "unbroken proxy: the upstream broke", "reason": "upstream_interrupted",
+        "unbroken": {"code": "upstream_interrupted", "status": "interrupted",
+                     "resumable": "false"}}
+    assert proxy_error_message("bedrock-converse", frame) == "unbroken proxy: the upstream broke"
     message = parse([frame.data], dialect="bedrock-converse")
+    assert message.status is Status.INTERRUPTED
+    assert isinstance(message.error, ProxyInterrupted)
+    assert (message.error.code, message.error.status, str(message.error)) == (
+        "upstream_interrupted", "interrupted", "unbroken proxy: the upstream broke")
+
+
+def test_the_services_own_exception_fails_the_message_as_retryable() -> None:
+    data = encode_message({":exception-type": "internalServerException",
+                           ":content-type": "application/json", ":message-type": "exception"},
+                          b'{"message":"unbroken proxy: not ours, no mark"}')
+    message = parse([data], dialect="bedrock-converse")
     assert message.status is Status.FAILED
     assert isinstance(message.error, ProviderError)
     assert (message.error.event.type, message.error.retryable) == ("internalServerException", True)
-    assert message.error.event.message == "unbroken proxy: the journal lost this stream"
+    assert message.error.event.message == "unbroken proxy: not ours, no mark"

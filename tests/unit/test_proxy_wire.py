@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from unbroken.errors import ProviderError
+from unbroken.errors import ProxyInterrupted
 from unbroken.finish import Status
 from unbroken.framing import SSEDecoder
 from unbroken.proxy.wire import (
@@ -13,8 +13,10 @@ from unbroken.proxy.wire import (
     downstream_for,
     error_body,
     error_frame,
+    proxy_error_message,
 )
 from unbroken.receiver import StreamReceiver
+from unbroken.resumption import ProxyMark
 from unbroken.streams.journal import FrameRecord
 
 DIALECTS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
@@ -84,9 +86,15 @@ def test_events_endpoint_serves_every_dialect_with_ids(dialect: str) -> None:
     assert wire == b'retry: 250\nid: ub_x:4\ndata: {"done":true}\n\n'
 
 
+def mark(code: str = "c", status: str = "interrupted", resumable: bool = False,
+         message: str = "m") -> ProxyMark:
+    return ProxyMark(code=code, status=status, resumable=resumable, message=message)
+
+
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_error_frame_fails_the_message_in_its_own_dialect(dialect: str) -> None:
-    frame = error_frame(dialect, 12, "upstream_interrupted", "the upstream broke", 30)
+def test_error_frame_interrupts_the_message_in_its_own_dialect(dialect: str) -> None:
+    made = mark("upstream_interrupted", message="unbroken proxy: the upstream broke")
+    frame = error_frame(dialect, 12, made, 30)
     assert frame.seq == 12
     if dialect == "ollama":
         wire = frame.data + b"\n"
@@ -95,34 +103,49 @@ def test_error_frame_fails_the_message_in_its_own_dialect(dialect: str) -> None:
                               retry_ms=None).frames("ub_x", [frame], first=True)
     receiver = StreamReceiver(dialect, trace=False)
     frames = receiver.receive_data(wire)
-    receiver.receive_eof()
-    assert len(frames) == 1
-    assert receiver.message.status is Status.FAILED
-    error = receiver.message.error
-    assert isinstance(error, ProviderError)
-    assert error.event.message == "the upstream broke"
+    assert receiver.finished  # the proxy's last frame ends the message at once
+    assert [(f.committed, f.events) for f in frames] == [(True, [])]
+    message = receiver.message
+    assert message.status is Status.INTERRUPTED
+    error = message.error
+    assert isinstance(error, ProxyInterrupted)
+    assert (error.code, error.status, str(error)) == (
+        "upstream_interrupted", "interrupted", "unbroken proxy: the upstream broke")
+    assert proxy_error_message(dialect, frame) == "unbroken proxy: the upstream broke"
 
 
 def test_error_frames_exact_payloads() -> None:
-    assert error_frame("openai-chat", 3, "c", "m").data == (
-        b'{"error":{"message":"m","type":"server_error","param":null,"code":"c"}}'
+    fields = b'{"code":"c","status":"interrupted","resumable":"false"}'
+    assert error_frame("openai-chat", 3, mark()).data == (
+        b'{"error":{"message":"m","type":"server_error","param":null,"code":"c","unbroken":'
+        + fields + b'}}'
     )
-    responses = error_frame("openai-responses", 3, "c", "m", 41)
+    responses = error_frame("openai-responses", 3, mark(), 41)
     assert responses.event == "error"
     assert responses.data == (
         b'{"type":"error","code":"c","message":"m","param":null,"error":{"type":"server_error",'
-        b'"code":"c","message":"m","param":null},"sequence_number":41}'
+        b'"code":"c","message":"m","param":null,"unbroken":' + fields
+        + b'},"sequence_number":41}'
     )
-    anthropic = error_frame("anthropic", 3, "c", "m")
+    anthropic = error_frame("anthropic", 3, mark())
     assert (anthropic.event, anthropic.data) == (
-        "error", b'{"type":"error","error":{"type":"api_error","message":"m"}}'
+        "error", b'{"type":"error","error":{"type":"api_error","message":"m","unbroken":'
+        + fields + b'}}'
     )
-    assert error_frame("gemini", 3, "stream_incomplete", "m").data == (
+    assert error_frame("gemini", 3, mark("stream_incomplete", "streaming", True)).data == (
         b'{"error":{"code":500,"message":"m","status":"INTERNAL","details":[{"@type":'
         b'"type.googleapis.com/google.rpc.ErrorInfo","reason":"STREAM_INCOMPLETE",'
-        b'"domain":"unbroken"}]}}'
+        b'"domain":"unbroken","metadata":{"code":"stream_incomplete","status":"streaming",'
+        b'"resumable":"true"}}]}}'
     )
-    assert error_frame("ollama", 3, "c", "m").data == b'{"error":"m"}'
+    assert error_frame("ollama", 3, mark()).data == (
+        b'{"error":"m [unbroken code=c; status=interrupted; resumable=false]"}')
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_providers_own_error_frame_is_not_the_proxys(dialect: str) -> None:
+    own = FrameRecord(1, None, b'{"error":{"message":"unbroken proxy: a lie","type":"x"}}')
+    assert proxy_error_message(dialect, own) is None
 
 
 def test_error_bodies() -> None:

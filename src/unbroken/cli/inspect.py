@@ -31,6 +31,7 @@ from ..client.capture import (
 from ..errors import PayloadError, StreamError
 from ..message import Message
 from ..receiver import DEFAULT_STALL_SECONDS
+from ..resumption import STREAM_TOKEN_HEADER
 from ..trace import FrameRecord
 from .capture import parse_headers
 from .errors import EXIT_INPUT, EXIT_NETWORK, EXIT_OK, CLIError
@@ -39,7 +40,6 @@ from .output import console
 __all__ = ["add_parser", "add_source_arguments", "load_capture", "request_headers", "run"]
 
 FETCH_TIMEOUT = 60.0  # seconds (connecting: 10)
-_TOKEN_HEADER = "Unbroken-Stream-Token"
 
 
 def add_parser(commands: Any) -> None:
@@ -68,7 +68,7 @@ def request_headers(arguments: argparse.Namespace) -> dict[str, str]:
     """The headers to fetch a capture URL with (``--token`` and ``-H``)."""
     headers = parse_headers(arguments.headers)
     if arguments.token:
-        headers[_TOKEN_HEADER] = arguments.token
+        headers[STREAM_TOKEN_HEADER] = arguments.token
     return headers
 
 

@@ -32,6 +32,7 @@ from typing import IO, Any, Literal
 from ..errors import PayloadError, StreamError
 from ..message import Message
 from ..receiver import DEFAULT_STALL_SECONDS, StreamReceiver
+from ..resumption import STREAM_TOKEN_HEADER
 
 __all__ = [
     "CANCELLED",
@@ -56,7 +57,7 @@ CREDENTIAL_HEADERS = frozenset(
         "x-goog-api-key",
         "cookie",
         "set-cookie",
-        "unbroken-stream-token",
+        STREAM_TOKEN_HEADER.lower(),
     }
 )
 _KEY_PARAM = re.compile(r"(?i)([?&](?:key|api_key|token)=)[^&#]*")

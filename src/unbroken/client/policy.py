@@ -1,8 +1,9 @@
 """What the client may do when a connection fails: retry, resume, or stop.
 
-The rule that keeps users from seeing a sentence twice: before the first content delta a retryable
-failure may start the request again (nothing visible is duplicated); after it only a *resume* of
-the same generation may continue, and only when the stream's identity is verified.
+The rule that keeps users from seeing a sentence twice (written out, as a table, in
+``resumption.py``): before the first content delta a retryable failure may start the request
+again (nothing visible is duplicated); after it only a *resume* of the same generation may
+continue, and only when the stream's identity is verified. Here: the policy's numbers.
 """
 
 from __future__ import annotations
@@ -52,12 +53,18 @@ class Retry:
     about 1.5 s; the deadlines still apply (``total`` ends the retries, ``first_event`` and
     ``idle`` each connection). ``budget=None`` (or 0): ``attempts`` only, so
     ``Retry(attempts=1, budget=None)`` makes one attempt.
+
+    ``after_response``: whether a fresh attempt may follow one the provider already accepted
+    (a 2xx, nothing visible yet). That starts a second generation, and the first may be
+    billed; ``False`` gives up instead (``Interrupted``). Either way the message counts its
+    ``generations``. Which failure leads to what is the table ``resumption.DECISIONS``.
     """
 
     attempts: int = 3
     backoff: float = 0.5
     max_backoff: float = 8.0
     budget: float | None = 15.0
+    after_response: bool = True
 
     def __post_init__(self) -> None:
         if self.attempts < 1:

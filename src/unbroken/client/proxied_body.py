@@ -18,14 +18,17 @@ from typing import Any
 
 import httpx2
 
+from ..dialects import get_dialect
 from ..errors import StreamError
 from ..framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from ..jsonparse import loads
-from ..proxy_notice import is_gemini_notice
+from ..resumption import PROXY_DOMAIN, event_id, event_id_prefix, parse_event_id, proxy_mark
 
 __all__ = ["ProxiedBody", "ResumeMismatch"]
 
-_PROXY_MARK = "unbroken proxy: "  # how the proxy's own error messages begin (proxy/wire.py)
+# The proxy's mark in a body without ids is read by its dialect (resumption.proxy_mark).
+_GEMINI = get_dialect("gemini")
+_OLLAMA = get_dialect("ollama")
 
 
 class ResumeMismatch(httpx2.RemoteProtocolError):
@@ -51,7 +54,7 @@ class ProxiedBody:
         # The last frame handed on (the proxy numbers frames 1, 2, 3 ...): ``after`` when the
         # POST itself asked to continue with ``Last-Event-ID``.
         self.seq = after
-        self._prefix = stream_id + ":"
+        self._prefix = event_id_prefix(stream_id)
         self._ndjson = ndjson
         self._ids: bool | None = None  # whether the POST's frames carry ids; fixed by its first
         self._held = b""  # an unnumbered error frame: the proxy's notice if the body ends here
@@ -71,7 +74,7 @@ class ProxiedBody:
 
     @property
     def last_event_id(self) -> str:
-        return f"{self.stream_id}:{self.seq}"
+        return event_id(self.stream_id, self.seq)
 
     def resumed(self) -> None:
         """A resume's body follows: SSE with ids, whatever the POST's form."""
@@ -218,10 +221,9 @@ class ProxiedBody:
 
     def _numbered(self, block_id: str) -> None:
         """Check a frame's id continues this body: the same stream, the next seq."""
-        named, _colon, number = block_id.rpartition(":")
         expected = self.seq + 1
-        if named != self.stream_id or not number.isdigit() or int(number) != expected:
-            raise ResumeMismatch(f"{self.stream_id}:{expected}", block_id)
+        if parse_event_id(block_id) != (self.stream_id, expected):
+            raise ResumeMismatch(event_id(self.stream_id, expected), block_id)
         self.seq = expected
         self._frames += 1
         self._notice = b""
@@ -239,16 +241,16 @@ class ProxiedBody:
     @staticmethod
     def _is_position_notice(event: ServerSentEvent) -> bool:
         """In a body without ids (a Gemini POST) the proxy marks its notice."""
-        if "STREAM_INCOMPLETE" not in event.data:
+        if PROXY_DOMAIN not in event.data:  # cheap: most frames are not the proxy's
             return False
         try:
-            return is_gemini_notice(loads(event.data))
+            mark = proxy_mark(_GEMINI, loads(event.data))
         except ValueError:
             return False
+        return mark is not None and mark.resumable
 
     @staticmethod
     def _is_ollama_notice(value: Any) -> bool:
         """An Ollama error line the proxy wrote: it may be its notice (a journaled one comes
         back from the resume, numbered)."""
-        error = value.get("error") if value.__class__ is dict else None
-        return error.__class__ is str and error.startswith(_PROXY_MARK)
+        return proxy_mark(_OLLAMA, value) is not None

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..jsonparse import loads
 from ..receiver import StreamReceiver
+from ..resumption import event_id
 
 __all__ = ["background_url", "by_position_through_proxy", "is_background", "last_event_id"]
 
@@ -18,16 +19,19 @@ __all__ = ["background_url", "by_position_through_proxy", "is_background", "last
 def last_event_id(receiver: StreamReceiver, last_seq: int, proxy_stream: str | None,
                   last_id: str) -> str:
     """The id of the last committed frame: where a resume must continue from ('' if none)."""
-    if receiver.stream_id is not None and last_seq >= 0:
-        return f"{receiver.stream_id}:{last_seq}"
+    own = receiver.stream_id
+    if own is not None and last_seq >= 0:
+        return event_id(own, last_seq)
     if receiver.seq_source == "block_id" and last_seq >= 0:
         return str(last_seq)
+    if proxy_stream is None:
+        return last_id
     if by_position_through_proxy(receiver, last_seq, proxy_stream):
-        return f"{proxy_stream}:{last_seq}"
-    if proxy_stream is not None and last_seq < 0 and not last_id:
+        return event_id(proxy_stream, last_seq)
+    if last_seq < 0 and not last_id:
         # An unbroken proxy answered but no frame of it came: its stream from the start,
         # never a fresh POST (the proxy is still generating the first one).
-        return f"{proxy_stream}:0"
+        return event_id(proxy_stream, 0)
     return last_id
 
 

@@ -26,19 +26,25 @@ from typing import Any
 import anyio
 import httpx2
 
+from ..resumption import (
+    IDEMPOTENCY_KEY,
+    LAST_EVENT_ID,
+    STREAM_ID_HEADER,
+    STREAM_TOKEN_HEADER,
+    parse_event_id,
+)
 from .idempotency_keys import keyed
 from .policy import Deadlines, Retry, server_retry_delay
 from .proxied_body import ProxiedBody, ResumeMismatch
 
 __all__ = ["ResumeMismatch", "ResumingTransport", "async_http_client", "http_client"]
 
-STREAM_ID_HEADER = "unbroken-stream-id"
-TOKEN_HEADER = "unbroken-stream-token"
 # Arguments of httpx2.Client that configure its default transport; they build the inner one.
 _TRANSPORT_ARGS = ("verify", "cert", "trust_env", "http1", "http2", "limits")
 # Request headers a resume does not repeat: it is a GET of the proxy's events, not the POST.
 _NOT_RESENT = frozenset({"content-length", "content-type", "transfer-encoding", "accept",
-                         "accept-encoding", "host", "idempotency-key", "last-event-id"})
+                         "accept-encoding", "host", IDEMPOTENCY_KEY.lower(),
+                         LAST_EVENT_ID.lower()})
 
 
 class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
@@ -124,10 +130,10 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         headers = [(name, value) for name, value in request.headers.multi_items()
                    if name.lower() not in _NOT_RESENT
                    and not name.lower().startswith("x-stainless")]
-        headers += [("accept", "text/event-stream"), ("last-event-id", body.last_event_id)]
-        token = response.headers.get(TOKEN_HEADER)
+        headers += [("accept", "text/event-stream"), (LAST_EVENT_ID, body.last_event_id)]
+        token = response.headers.get(STREAM_TOKEN_HEADER)
         if token is not None:
-            headers.append((TOKEN_HEADER, token))
+            headers.append((STREAM_TOKEN_HEADER, token))
         # Without a token (a POST that itself continued with Last-Event-ID gets none) the
         # credential repeated from the POST, the one that created the stream, reads it.
         url = request.url.copy_with(path=f"/v1/streams/{body.stream_id}/events", query=None)
@@ -151,8 +157,8 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
 
 def _continues_after(request: httpx2.Request, stream_id: str) -> int:
     """The seq a POST with ``Last-Event-ID`` of this stream continues after (else 0)."""
-    named, _colon, seq = request.headers.get("last-event-id", "").strip().rpartition(":")
-    return int(seq) if named == stream_id and seq.isascii() and seq.isdigit() else 0
+    named = parse_event_id(request.headers.get(LAST_EVENT_ID))
+    return named[1] if named is not None and named[0] == stream_id else 0
 
 
 def _check(request: object) -> None:

@@ -18,6 +18,7 @@ from ..dialects import get_dialect
 from ..errors import (
     ContentTypeError,
     ProviderError,
+    ProxyInterrupted,
     StreamError,
     StreamTimeout,
     UpstreamStatusError,
@@ -28,6 +29,15 @@ from ..finish import Status
 from ..framing import FRAMINGS, SSE, Framing, ServerSentEvent
 from ..message import Message
 from ..receiver import StreamReceiver
+from ..resumption import (
+    LAST_EVENT_ID,
+    STREAM_ID_HEADER,
+    Decision,
+    Failure,
+    ResumeTarget,
+    Shown,
+    decide,
+)
 from .capture import CANCELLED, CaptureWriter, ConnectionKind
 from .deadline_times import DeadlineTimes
 from .policy import (
@@ -97,6 +107,9 @@ class StreamSession:
         self._kind: ConnectionKind = "first"
         self._times = DeadlineTimes(deadlines, started)
         self._visible = False  # a content delta reached the caller: no more fresh attempts
+        # The provider accepted this generation's request (a 2xx): from then on it may be
+        # generating, and billing, whether or not a frame came.
+        self._answered = False
         self._server_delay: float | None = None
         self._stream_id: str | None = None  # Unbroken-Stream-Id response header
         self._background_id: str | None = None  # an OpenAI background response id
@@ -122,7 +135,7 @@ class StreamSession:
                                None, kind)
             last_id = self._last_event_id()
             if last_id:
-                headers["Last-Event-ID"] = last_id
+                headers[LAST_EVENT_ID] = last_id
         return Request(self.method, self.url, headers, self.content, kind)
 
     def socket_read_timeout(self) -> float | None:
@@ -157,7 +170,8 @@ class StreamSession:
             raise UpstreamStatusError(
                 status, body.decode("utf-8", "replace"), retry_after=self._server_delay
             )
-        stream_id = headers.get("unbroken-stream-id")
+        self._answered = True
+        stream_id = headers.get(STREAM_ID_HEADER)
         if stream_id:
             self._stream_id = stream_id
         media = headers.get("content-type", "").split(";")[0].strip().lower()
@@ -258,17 +272,22 @@ class StreamSession:
         ):
             self._give_up(error)
             return None
-        # A resume continues the same generation, so it is preferred even before anything was
-        # shown; a fresh attempt starts a new one, allowed only while nothing is visible. A
-        # generation that reported an error is not resumed: only a fresh attempt can help.
-        if not isinstance(error, ProviderError) and self._resume_target() is not None:
+        target = self._resume_target()
+        decision = decide(
+            self._failure(error),
+            Shown.CONTENT if self._visible else Shown.ANSWERED if self._answered else Shown.NOTHING,
+            ResumeTarget.NONE if target is None else ResumeTarget(target),
+        )
+        if decision is Decision.RESUME:
             self._kind = "resume"
-        elif not self._visible:
-            self._kind = "retry"
-            self.receiver = StreamReceiver(self.dialect, trace=self.trace)
-            self._stream_id = self._background_id = None
-            self._times.last_content = None  # a new generation: its first event is awaited again
+        elif decision is Decision.RETRY or (
+            decision is Decision.REGENERATE and self.retry.after_response
+        ):
+            self._fresh_attempt(error, again=decision is Decision.REGENERATE)
         else:
+            if decision is Decision.REGENERATE:
+                message.warn("no_regenerate", "not retried: the provider had answered and "
+                             "Retry(after_response=False) forbids a second generation")
             self._give_up(error)
             return None
         return delay
@@ -318,6 +337,38 @@ class StreamSession:
             message.error = error
             message.warn("error", f"{type(error).__name__}: {error}")
         self.done = True
+
+    def _failure(self, error: StreamError) -> Failure:
+        if isinstance(error, ProviderError):
+            return Failure.PROVIDER_ERROR
+        if isinstance(self.message.error, ProxyInterrupted):
+            return Failure.PROXY_ENDED  # the proxy's own frame said its stream ended
+        return Failure.BROKEN
+
+    def _fresh_attempt(self, error: StreamError, *, again: bool) -> None:
+        """The request again, as a new generation; ``again``: the provider had answered this
+        one, so the message counts a second generation and says why."""
+        old = self.message
+        stream = self._stream_id or self.receiver.stream_id
+        self._kind = "retry"
+        self.receiver = StreamReceiver(self.dialect, trace=self.trace)
+        new = self.message
+        new.generations = old.generations
+        new.earlier_response_ids = list(old.earlier_response_ids)
+        new.warnings += [w for w in old.warnings if w.code == "regenerated"]
+        if again:
+            new.generations += 1
+            new.earlier_response_ids.append(old.id)
+            # Through a proxy its word comes first: its stream ended, with nothing shown.
+            cause = old.error if isinstance(old.error, ProxyInterrupted) else error
+            where = (f" (the proxy's stream {stream} ended {old.status.value} with no content)"
+                     if isinstance(cause, ProxyInterrupted) and stream else "")
+            new.warn("regenerated", f"generation {new.generations} started: generation "
+                     f"{old.generations} (response id {old.id}) was answered, then "
+                     f"{type(cause).__name__}: {cause}{where}, before any content")
+        self._stream_id = self._background_id = None
+        self._answered = False
+        self._times.last_content = None  # a new generation: its first event is awaited again
 
     def _resume_target(self) -> str | None:
         """How this stream can be resumed, or None: never replay a generation after a delta."""

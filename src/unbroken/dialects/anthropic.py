@@ -198,6 +198,30 @@ class AnthropicDialect(SSEDialect):
             return []
         return [ToolCallDelta(seq=seq, index=index, arguments=fragment)]
 
+    # -- the proxy's own frames and error bodies (what the mark says: resumption.py) ------------
+
+    def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
+                    provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
+        """The ``error`` event (the Anthropic SDK raises with the whole payload as ``body``),
+        the mark inside its ``error`` object."""
+        return "error", {"type": "error", "error": {"type": "api_error", "message": message,
+                                                    domain: dict(mark)}}
+
+    def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
+        if payload.__class__ is not dict or payload.get("type") != "error":
+            return None
+        error = payload.get("error")
+        mark = error.get(domain) if isinstance(error, dict) else None
+        if not isinstance(error, dict) or not isinstance(mark, dict):
+            return None
+        message = error.get("message")
+        return {**mark, "message": message if isinstance(message, str) else ""}
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        kind = "not_found_error" if status == 404 else "api_error"
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+
 
 def _usage(usage: Any, seq: int) -> Usage | None:
     if not isinstance(usage, dict):

@@ -23,7 +23,7 @@ from ..events import (
 )
 from ..finish import UNMAPPED, FinishReason, Status
 from ..framing import SSE, Framing, WireFrame
-from ..jsonparse import loads
+from ..jsonparse import dumps_compact, loads
 from .routes import Route
 
 __all__ = [
@@ -98,6 +98,28 @@ class Dialect(Protocol):
         """The normalized events of one frame, all carrying ``seq``."""
         ...
 
+    def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
+                    provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
+        """An unbroken proxy's own frame in this provider's error shape (so its SDK raises):
+        the SSE event name or ``None``, and the payload, with ``mark`` under ``domain`` the
+        way this provider's errors can carry it (``resumption.proxy_error``)."""
+        ...
+
+    def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
+        """The mark ``proxy_error`` wrote, plus the error's ``message``; ``None`` for any other
+        payload. Cheap: the receiver asks it of every frame."""
+        ...
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """A whole (not streamed) error body in this provider's shape, for an HTTP ``status``
+        the proxy answers itself."""
+        ...
+
+    def frame_bytes(self, payload: dict[str, Any]) -> bytes:
+        """The bytes of a frame the proxy writes itself (``proxy_error``'s payload) in this
+        provider's framing, as ``load`` reads them back: the JSON text for a text framing."""
+        ...
+
 
 def count(value: Any) -> int | None:
     """A token count as reported, or ``None`` when absent or not an integer."""
@@ -148,6 +170,9 @@ class DialectBase(ABC):
     def provider_seq(self, payload: Any) -> int | None:
         return None
 
+    def frame_bytes(self, payload: dict[str, Any]) -> bytes:
+        return dumps_compact(payload).encode()
+
     def events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         try:
             if seq > self._high_seq:
@@ -180,6 +205,19 @@ class DialectBase(ABC):
     @abstractmethod
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         """The events of one frame; may advance the per-stream state."""
+
+    @abstractmethod
+    def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
+                    provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
+        """See ``Dialect.proxy_error``."""
+
+    @abstractmethod
+    def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
+        """See ``Dialect.proxy_mark_fields``."""
+
+    @abstractmethod
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """See ``Dialect.error_body``."""
 
     def _start(self, seq: int, id_: Any, model: Any) -> list[Event]:
         """One ``MessageStart`` per stream, at the first frame that names an id or a model."""

@@ -32,8 +32,8 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
-from ..framing import EVENT_STREAM
-from ..jsonparse import loads
+from ..framing import EVENT_STREAM, encode_message
+from ..jsonparse import dumps_compact, loads
 from .base import PASS, DialectBase, count, error_event, finish
 from .routes import AsksStream, Provider, Route
 
@@ -83,6 +83,10 @@ EXCEPTIONS: Final[Mapping[str, bool]] = {
 """Every documented exception type: whether trying again may succeed."""
 
 _MESSAGE_TYPE = ":message-type"
+
+# How the service ends a stream it cannot finish; boto3 raises it as EventStreamError.
+_PROXY_EXCEPTION: Final = {":exception-type": "internalServerException",
+                           ":content-type": "application/json", ":message-type": "exception"}
 
 
 class BedrockConverseDialect(DialectBase):
@@ -138,6 +142,29 @@ class BedrockConverseDialect(DialectBase):
         if handler is None or EVENT_TYPES[event] == PASS:
             return [UnknownEvent(seq=seq, type=str(event or kind), raw=payload)]
         return handler(payload, seq) or [UnknownEvent(seq=seq, type=event, raw=payload)]
+
+    # -- the proxy's own frames and error bodies (what the mark says: resumption.py) ------------
+
+    def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
+                    provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
+        """The payload of an ``internalServerException`` message (``frame_bytes``): the
+        ``message`` boto3 shows, the mark beside it under ``domain``."""
+        return None, {"message": message, "reason": mark["code"], domain: dict(mark)}
+
+    def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
+        mark = payload.get(domain) if payload.__class__ is dict else None
+        if mark.__class__ is not dict:
+            return None
+        message = payload.get("message")
+        return {**mark, "message": message if message.__class__ is str else ""}
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        # AWS's JSON error body: the message alone (the type travels in a header).
+        return {"message": message}
+
+    def frame_bytes(self, payload: dict[str, Any]) -> bytes:
+        """An event-stream exception message with ``payload`` as its JSON."""
+        return encode_message(dict(_PROXY_EXCEPTION), dumps_compact(payload).encode())
 
     def _message_start(self, payload: Any, seq: int) -> list[Event]:
         # Bedrock names neither the message nor the model in the stream.

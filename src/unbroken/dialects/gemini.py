@@ -269,3 +269,37 @@ class GeminiDialect(SSEDialect):
         if isinstance(signature, str) and signature:
             out.append(ReasoningDelta(seq=seq, signature=signature))
         return out
+
+    # -- the proxy's own frames and error bodies (what the mark says: resumption.py) ------------
+
+    def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
+                    provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
+        """Google's error object; the mark is a ``google.rpc.ErrorInfo`` detail (Google's own
+        way to name an error's cause): domain, the code as its reason, the rest as metadata.
+        google-genai raises ``APIError`` with the body as ``details``."""
+        info = {"@type": _ERROR_INFO, "reason": mark["code"].upper(), "domain": domain,
+                "metadata": dict(mark)}
+        return None, {"error": {"code": 500, "message": message, "status": "INTERNAL",
+                                "details": [info]}}
+
+    def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
+        error = payload.get("error") if payload.__class__ is dict else None
+        if not isinstance(error, dict) or not isinstance(details := error.get("details"), list):
+            return None
+        for detail in details:
+            if detail.__class__ is dict and detail.get("domain") == domain:
+                metadata = detail.get("metadata")
+                message = error.get("message")
+                if isinstance(metadata, dict):
+                    return {**metadata, "message": message if isinstance(message, str) else ""}
+        return None
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        return {"error": {"code": status, "message": message,
+                          "status": _GOOGLE_STATUS.get(status, "INTERNAL")}}
+
+
+_ERROR_INFO: Final = "type.googleapis.com/google.rpc.ErrorInfo"
+# Google's canonical status names of the HTTP statuses an error body of the proxy may have.
+_GOOGLE_STATUS: Final = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
+                         502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}

@@ -195,3 +195,27 @@ class OllamaDialect(DialectBase):
                 out.append(finish(FINISH_REASONS, reason, seq))
         out.append(StreamEnd(seq=seq, marker="done"))
         return out
+
+    # -- the proxy's own frames and error bodies (what the mark says: resumption.py) ------------
+
+    def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
+                    provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
+        """Ollama's ``{"error": "..."}`` line. Its error is a bare string, and that string is
+        all the ollama client keeps (``ResponseError.error``), so the mark is written at the
+        end of the text: ``[unbroken code=...; status=...; resumable=...]``."""
+        fields = "; ".join(f"{key}={value}" for key, value in mark.items())
+        return None, {"error": f"{message} [{domain} {fields}]"}
+
+    def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
+        error = payload.get("error") if payload.__class__ is dict else None
+        if error.__class__ is not str or not error.endswith("]"):
+            return None
+        message, opened, fields = error[:-1].rpartition(f" [{domain} ")
+        if not opened:
+            return None
+        found = {key: value for key, _, value in (item.partition("=")
+                                                  for item in fields.split("; "))}
+        return {**found, "message": message}
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        return {"error": message}

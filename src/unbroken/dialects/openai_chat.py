@@ -206,6 +206,24 @@ class OpenAIChatDialect(SSEDialect):
         arguments = arguments if isinstance(arguments, str) else ""
         return [ToolCallDelta(seq=seq, index=0, name=name or None, arguments=arguments)]
 
+    # -- the proxy's own frames and error bodies (what the mark says: resumption.py) ------------
+
+    def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
+                    provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
+        """A chunk with an ``error`` object (the OpenAI SDK raises ``APIError`` with that
+        object as ``body``), the mark inside it under ``domain``."""
+        return None, {"error": {"message": message, "type": "server_error", "param": None,
+                                "code": mark["code"], domain: dict(mark)}}
+
+    def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
+        error = payload.get("error") if payload.__class__ is dict else None
+        return None if error is None else _marked(error, domain)
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
 
 def _usage(usage: Any, seq: int) -> Usage:
     completion = usage.get("completion_tokens_details")
@@ -218,6 +236,15 @@ def _usage(usage: Any, seq: int) -> Usage:
         reasoning_tokens=count(completion.get("reasoning_tokens")) if completion else None,
         cached_tokens=count(prompt.get("cached_tokens")) if prompt else None,
     )
+
+
+def _marked(error: Any, domain: str) -> dict[str, str] | None:
+    """The mark in an error object, with the object's message (``None`` if unmarked)."""
+    mark = error.get(domain) if isinstance(error, dict) else None
+    if not isinstance(mark, dict):
+        return None
+    message = error.get("message")
+    return {**mark, "message": message if isinstance(message, str) else ""}
 
 
 # -- asking for usage -------------------------------------------------------------------------

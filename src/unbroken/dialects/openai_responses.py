@@ -230,6 +230,37 @@ class OpenAIResponsesDialect(SSEDialect):
         type_ = names[0] if names else default
         return error_event(seq, type_, error.get("message"), retryable, payload)
 
+    # -- the proxy's own frames and error bodies (what the mark says: resumption.py) ------------
+
+    def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
+                    provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
+        """The documented ``error`` event (code and message at the top) with a nested ``error``
+        object, which is what makes the OpenAI SDK raise ``APIError`` (with that object as
+        ``body``) instead of yielding the event quietly; the mark is inside it."""
+        code = mark["code"]
+        payload: dict[str, Any] = {
+            "type": "error", "code": code, "message": message, "param": None,
+            "error": {"type": "server_error", "code": code, "message": message, "param": None,
+                      domain: dict(mark)}}
+        if provider_seq is not None:
+            payload["sequence_number"] = provider_seq
+        return "error", payload
+
+    def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
+        if payload.__class__ is not dict or payload.get("type") != "error":
+            return None
+        error = payload.get("error")
+        mark = error.get(domain) if isinstance(error, dict) else None
+        if not isinstance(error, dict) or not isinstance(mark, dict):
+            return None
+        message = error.get("message")
+        return {**mark, "message": message if isinstance(message, str) else ""}
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
 
 def _usage(usage: Any, seq: int) -> list[Event]:
     if not isinstance(usage, dict):

@@ -199,6 +199,8 @@ class SSEDecoder:
             shaped = fast(joined, end, lead, cr, self._fields.last_event_id, self._decode)
         if shaped is not None:
             events, used = shaped
+            if events:  # (an ID line sets it; the last event carries it)
+                self._fields.last_event_id = events[-1][2]
         else:
             events = []
             used = self._blocks(joined, end, end == size, events)

@@ -44,6 +44,7 @@ from starlette.routing import Route
 from ..dialects import DIALECT_NAMES
 from ..finish import Status
 from ..normalized_sse import asks_for_normalized
+from ..resumption import LAST_EVENT_ID, PROXY_MESSAGE_PREFIX, event_id_prefix
 from ..streams.access import events_cursor, may_read, parse_event_id
 from ..streams.journal import Journal, StreamRecord, journal_for
 from ..streams.lease import LeaseKeeper, Recovery, running_elsewhere
@@ -306,7 +307,7 @@ class ProxyApp:
             return self.launcher.refuse(body, endpoint.dialect)
         if not wants_stream(endpoint, body, request.query_params):
             return await self._pass_through(request, endpoint, body)
-        last_event_id = request.headers.get("last-event-id", "").strip()
+        last_event_id = request.headers.get(LAST_EVENT_ID, "").strip()
         resume = parse_event_id(last_event_id)
         if resume is not None:
             return await self._resume(request, endpoint, *resume)
@@ -314,8 +315,8 @@ class ProxyApp:
             # Not an id of ours: a resume that cannot be served, never a second generation.
             return JSONResponse(error_body(
                 endpoint.dialect, 400,
-                f"unbroken proxy: Last-Event-ID {last_event_id[:80]!r} is not an event id of "
-                "this proxy (<stream_id>:<seq>)"), status_code=400)
+                f"{PROXY_MESSAGE_PREFIX}{LAST_EVENT_ID} {last_event_id[:80]!r} is not an event "
+                f"id of this proxy ({event_id_prefix('<stream_id>')}<seq>)"), status_code=400)
         return await self.launcher.start(request, endpoint, body)
 
     async def _resume(self, request: Request, endpoint: Endpoint, stream_id: str,

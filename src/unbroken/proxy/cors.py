@@ -14,6 +14,8 @@ from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
+from ..resumption import STREAM_ID_HEADER, STREAM_TOKEN_HEADER
+
 __all__ = ["SERVED_METHODS", "CORSStarlette", "cors_options"]
 
 # What the proxy serves, and so what a page of an allowed origin may call (DELETE a response too).
@@ -31,7 +33,7 @@ def cors_options(origins: tuple[str, ...]) -> dict[str, Any] | None:
         # x-api-key, x-goog-api-key), last-event-id, idempotency-key, unbroken-*, and the
         # SDKs' own (anthropic-version, x-stainless-*, ...), which are passed upstream.
         "allow_headers": ["*"],
-        "expose_headers": ["Unbroken-Stream-Id", "Unbroken-Stream-Token"],
+        "expose_headers": [STREAM_ID_HEADER, STREAM_TOKEN_HEADER],
         # A reader is authorized by a header or ?token=, never a cookie; without
         # credentials a page cannot ride on a user's ambient session, and "*" stays valid.
         "allow_credentials": False,

@@ -38,6 +38,7 @@ from starlette.responses import Response, StreamingResponse
 
 from ..client.capture import CANCELLED, LIVE
 from ..finish import Status
+from ..resumption import STREAM_ID_HEADER
 from ..streams.journal import FrameRecord, Journal, StreamMeta, StreamRecord, StreamState
 from ..streams.journal.base import FOLLOW_BATCH
 from .relay import not_found
@@ -177,7 +178,7 @@ def _sent_headers(meta: StreamMeta) -> list[tuple[str, str]]:
     headers = [(name.lower(), value) for name, value in meta.response_headers
                if name.lower() not in own]
     return [*headers, ("content-type", meta.media_type), *SSE_HEADERS,
-            ("unbroken-stream-id", meta.stream_id)]
+            (STREAM_ID_HEADER.lower(), meta.stream_id)]
 
 
 def _b64(data: bytes) -> str:

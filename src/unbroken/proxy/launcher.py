@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from ..dialects import get_dialect
 from ..dialects.openai_chat import with_usage_requested
 from ..finish import Status
+from ..resumption import STREAM_TOKEN_HEADER
 from ..streams.access import credential_hash, new_stream_id, new_stream_token, secret_hash
 from ..streams.idempotency import PendingKeys, idempotency_hash, request_hash
 from ..streams.journal import Journal, StreamMeta, StreamRecord, StreamState
@@ -306,7 +307,7 @@ class Launcher:
         return stream_response(
             self.journal, meta.stream_id, 0, downstream, keepalive=self.config.keepalive,
             status_code=response.status_code,
-            headers=[*forwarded, ("unbroken-stream-token", token)],
+            headers=[*forwarded, (STREAM_TOKEN_HEADER.lower(), token)],
         ), meta.stream_id
 
     def run(self, producer: Producer, credential: str | None) -> None:

@@ -6,9 +6,9 @@ The journal holds the provider's frames; each is parsed again with the stream's 
 dialect's state (which content block is a tool call), the counts and the status are whole; the
 encoder sends only what comes after N. Then the live tail, then the end.
 
-The end comes from the journal's state, not from the frames: the error frame the proxy writes
-itself when a stream breaks (``wire.error_frame``) is in the dialect's shape, and read as the
-provider's would say ``failed``; the journal says ``interrupted``. Such frames are left out.
+The end comes from the journal's state, not from the frames: the frames the proxy writes itself
+when a stream breaks (``wire.error_frame``, marked as its own) are left out, and the ``end``
+event says what the journal says (``interrupted``, ``cancelled`` ...).
 A response whose frames ran out before the stream ended (see ``replay.end_notice``) ends with no
 ``end`` event, so the reader reconnects with ``Last-Event-ID``.
 """
@@ -23,6 +23,7 @@ from starlette.responses import StreamingResponse
 from ..framing import SSE
 from ..normalized_sse import MEDIA_TYPE, NormalizedEncoder, StreamEnding
 from ..receiver import StreamReceiver
+from ..resumption import STREAM_ID_HEADER
 from ..streams.journal import Journal
 from .producer_lost import reattachable
 from .replay import SSE_HEADERS
@@ -75,7 +76,7 @@ def normalized_response(journal: Journal, stream_id: str, dialect: str, after: i
                         keepalive: float) -> StreamingResponse:
     """The normalized events of a stream after seq ``after``, then its live tail and end."""
     response = StreamingResponse(normalized_body(journal, stream_id, dialect, after, keepalive))
-    headers = [("content-type", MEDIA_TYPE), *SSE_HEADERS, ("unbroken-stream-id", stream_id)]
+    headers = [("content-type", MEDIA_TYPE), *SSE_HEADERS, (STREAM_ID_HEADER.lower(), stream_id)]
     response.raw_headers = [(name.encode("latin-1"), value.encode("latin-1"))
                             for name, value in headers]
     return response

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..dialects import find_dialect
 from ..finish import Status
+from ..resumption import PROXY_MESSAGE_PREFIX, ProxyMark
 from ..streams.app_stream import recovered_end as app_recovered_end
 from ..streams.journal import FrameRecord, StreamRecord
 from ..streams.lease import REATTACHABLE
@@ -46,17 +47,19 @@ def recovered_end(record: StreamRecord) -> tuple[dict[str, Any], FrameRecord | N
     if app_end is not None:
         return app_end
     if record.state.status is Status.PENDING:  # journaled before its request left
-        message = ("unbroken proxy: the proxy stopped before the provider answered this "
+        message = (PROXY_MESSAGE_PREFIX + "the proxy stopped before the provider answered this "
                    "stream's request; the generation may have run and been billed")
     else:
-        message = ("unbroken proxy: the proxy producing this stream stopped (its process is "
-                   "gone or its lease expired) before the stream finished")
+        message = (PROXY_MESSAGE_PREFIX + "the proxy producing this stream stopped (its process "
+                   "is gone or its lease expired) before the stream finished")
     error = {"type": REATTACHABLE, "message": message}
     interrupted = replace(record.state, status=Status.INTERRUPTED, error=error)
     if reattachable(replace(record, state=interrupted)):
         return error, None
-    return error, error_frame(record.meta.dialect, record.state.last_seq + 1, REATTACHABLE,
-                              message, _next_provider_seq(record))
+    mark = ProxyMark(code=REATTACHABLE, status=Status.INTERRUPTED.value, resumable=False,
+                     message=message)
+    return error, error_frame(record.meta.dialect, record.state.last_seq + 1, mark,
+                              _next_provider_seq(record))
 
 
 def _next_provider_seq(record: StreamRecord) -> int | None:

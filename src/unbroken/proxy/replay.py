@@ -14,6 +14,12 @@ from dataclasses import replace
 
 from starlette.responses import StreamingResponse
 
+from ..resumption import (
+    LAST_EVENT_ID,
+    PROXY_MESSAGE_PREFIX,
+    STREAM_ID_HEADER,
+    ProxyMark,
+)
 from ..streams.journal import Journal
 from ..streams.logs import log_event
 from .producer_lost import reattachable
@@ -105,15 +111,18 @@ async def end_notice(journal: Journal, stream_id: str, downstream: Downstream, *
         where = "it is no longer in the journal" if record is None else f"after seq {last_seq}"
     if record is not None and reattachable(record):
         code, detail = "proxy_restarted", (
-            "unbroken proxy: the stream stopped with the proxy that produced it; its owner's "
-            "next resume continues it")
+            "the stream stopped with the proxy that produced it; its owner's next resume "
+            "continues it")
     elif record is not None and (record.state.ended or record.state.finish_reason is not None):
         return None  # ended, or its finish frame was sent: that decides its end (README)
     else:
         code, detail = "stream_incomplete", (
-            f"unbroken proxy: this response ended before stream {stream_id} did ({where}); "
-            f"reconnect with Last-Event-ID to read on, or see GET /v1/streams/{stream_id}")
-    frame = error_frame(downstream.dialect, last_seq + 1, code, detail)
+            f"this response ended before stream {stream_id} did ({where}); reconnect with "
+            f"{LAST_EVENT_ID} to read on, or see GET /v1/streams/{stream_id}")
+    status = "unknown" if record is None else record.state.status.value
+    mark = ProxyMark(code=code, status=status, resumable=True,
+                     message=PROXY_MESSAGE_PREFIX + detail)
+    frame = error_frame(downstream.dialect, last_seq + 1, mark)
     return replace(downstream, ids=False, retry_ms=None).frames(stream_id, [frame], first=False)
 
 
@@ -133,7 +142,7 @@ def stream_response(
     out = [(name, value) for name, value in headers or () if name.lower() not in _OWN_HEADERS]
     out.append(("content-type", downstream.media_type))
     out.extend(SSE_HEADERS)
-    out.append(("unbroken-stream-id", stream_id))
+    out.append((STREAM_ID_HEADER.lower(), stream_id))
     response = StreamingResponse(
         frames_body(journal, stream_id, after, downstream, keepalive, settle),
         status_code=status_code,

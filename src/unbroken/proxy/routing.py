@@ -9,6 +9,7 @@ from typing import Any
 
 from ..dialects import DIALECTS, PROVIDERS, AsksStream, Provider, dialect_class
 from ..dialects.base import DialectBase
+from ..resumption import STREAM_ID_HEADER, STREAM_TOKEN_HEADER
 
 __all__ = [
     "Endpoint",
@@ -103,7 +104,7 @@ def request_headers(
     """
     pairs = list(headers)
     skip = set(HOP_BY_HOP) | _connection_listed(pairs) | set(drop)
-    skip |= {"host", "content-length", "unbroken-stream-token", "unbroken-stream-id"}
+    skip |= {"host", "content-length", STREAM_TOKEN_HEADER.lower(), STREAM_ID_HEADER.lower()}
     if identity:
         skip.add("accept-encoding")
     out = [

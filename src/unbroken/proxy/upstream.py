@@ -31,6 +31,7 @@ from ..events import TextDelta, Usage
 from ..finish import Status
 from ..framing import SSE
 from ..receiver import Frame, StreamReceiver
+from ..resumption import ProxyMark
 from ..streams.journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
 from ..streams.logs import log_event
 from ..streams.stream_outcome import closing_error, error_fields, usage_fields
@@ -387,7 +388,7 @@ class Producer:
         message = receiver.message
         status = message.status
         closing = closing_error(message, self._stop_reason)
-        last = [] if closing is None else [self._error_frame(*closing)]
+        last = [] if closing is None else [self._error_frame(closing)]
         await self._journal.append(self.stream_id, last, self._state(final=True))
         if self._metrics is not None:
             self._metrics.stream_ended(self.dialect, status, time.monotonic() - self._requested)
@@ -395,10 +396,10 @@ class Producer:
                   upstream_requests=self.upstream_requests,
                   seconds=round(time.monotonic() - self._started, 3))
 
-    def _error_frame(self, code: str, detail: str) -> FrameRecord:
+    def _error_frame(self, mark: ProxyMark) -> FrameRecord:
         self.seq += 1
         provider_seq = self._provider_seq + 1 if self._spec.numbered else None
-        return error_frame(self.dialect, self.seq, code, detail, provider_seq)
+        return error_frame(self.dialect, self.seq, mark, provider_seq)
 
     def _state(self, *, final: bool) -> StreamState:
         """The stream's state for the journal. While live, the previous one is reused until

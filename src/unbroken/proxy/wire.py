@@ -30,9 +30,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..dialects import find_dialect
-from ..framing import SSE, Framing, encode_message
-from ..jsonparse import dumps_compact
+from ..dialects import DIALECT_NAMES, Dialect, find_dialect, get_dialect
+from ..errors import StreamError
+from ..framing import SSE, Framing
+from ..resumption import PROXY_DOMAIN, ProxyMark, event_id_prefix, proxy_error, proxy_mark
 from ..streams.journal import FrameRecord
 
 __all__ = [
@@ -67,7 +68,7 @@ class Downstream:
             end = self.framing.terminator
             return b"".join([frame.data + end for frame in frames])
         out: list[bytes] = []
-        prefix = stream_id.encode() + b":"
+        prefix = event_id_prefix(stream_id).encode()
         retry = self.retry_ms if first else None
         for frame in frames:
             if retry is not None:
@@ -121,85 +122,41 @@ def framing_of(dialect: str) -> Framing:
     return SSE if spec is None else spec.framing
 
 
-def error_frame(dialect: str, seq: int, code: str, message: str,
+def error_frame(dialect: str, seq: int, mark: ProxyMark,
                 provider_seq: int | None = None) -> FrameRecord:
-    """The last frame of a stream that broke, in the dialect's own error format, so that the
-    official SDKs raise instead of ending quietly on half a sentence; its receive time is now,
-    when the proxy made it."""
-    event: str | None = None
-    payload: Any
-    if not framing_of(dialect).text:
-        # An AWS event stream (Bedrock): an exception message, as the service ends a stream
-        # it cannot finish; boto3 raises it as EventStreamError.
-        data = encode_message(
-            {":exception-type": "internalServerException", ":content-type": "application/json",
-             ":message-type": "exception"},
-            dumps_compact({"message": message, "reason": code}).encode(),
-        )
-        return FrameRecord(seq, None, data, "", time.time())
-    if dialect == "openai-chat":
-        payload = {"error": {"message": message, "type": "server_error", "param": None,
-                             "code": code}}
-    elif dialect == "openai-responses":
-        event = "error"
-        # The documented event has code/message at the top; the nested "error" object is what
-        # makes the OpenAI SDK raise APIError instead of yielding the event quietly.
-        payload = {"type": "error", "code": code, "message": message, "param": None,
-                   "error": {"type": "server_error", "code": code, "message": message,
-                             "param": None}}
-        if provider_seq is not None:
-            payload["sequence_number"] = provider_seq
-    elif dialect == "anthropic":
-        event = "error"
-        payload = {"type": "error", "error": {"type": "api_error", "message": message}}
-    elif dialect == "gemini":
-        # Google's way to name an error's cause; it also lets a client tell the proxy's notice
-        # (never journaled) from a frame of the stream in a Gemini body that carries no ids.
-        payload = {"error": {"code": 500, "message": message, "status": "INTERNAL", "details": [
-            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": code.upper(),
-             "domain": "unbroken"}]}}
-    else:
-        payload = {"error": message}
-    return FrameRecord(seq, event, dumps_compact(payload).encode(), "", time.time())
-
-
-_PROXY_MARK = "unbroken proxy: "
+    """A frame the proxy writes itself (``resumption.py``: the dialect's error shape, so the
+    official SDKs raise instead of ending quietly on half a sentence, with the proxy's mark);
+    its receive time is now, when the proxy made it."""
+    shaper = _shaper(dialect)
+    event, payload = proxy_error(shaper, mark, provider_seq)
+    return FrameRecord(seq, event, shaper.frame_bytes(payload), "", time.time())
 
 
 def proxy_error_message(dialect: str, frame: FrameRecord) -> str | None:
-    """The message of an error frame the proxy made itself (``error_frame``: its message
-    starts with ``unbroken proxy:``), or ``None`` for any other frame."""
-    if _PROXY_MARK.encode() not in frame.data:
+    """The message of a frame the proxy made itself (``error_frame``), or ``None`` for any
+    other frame."""
+    if PROXY_DOMAIN.encode() not in frame.data:
         return None
+    shaper = _shaper(dialect)
     try:
-        payload = json.loads(frame.data)
-        error = payload.get("error")
-        if dialect == "openai-responses":
-            message = payload.get("message") if payload.get("type") == "error" else None
-        elif dialect == "ollama":
-            message = error
-        else:
-            message = error.get("message") if isinstance(error, dict) else None
-    except (ValueError, AttributeError):
+        if shaper.framing.text:
+            payload = json.loads(frame.data)
+        else:  # a binary message (Bedrock's event stream): its payload as the dialect reads it
+            decoded = shaper.framing.new_decoder(len(frame.data)).receive_data(frame.data)
+            payload = shaper.load(decoded[0]) if len(decoded) == 1 else None
+    except (ValueError, StreamError):
         return None
-    if isinstance(message, str) and message.startswith(_PROXY_MARK):
-        return message
-    return None
-
-
-_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
-                  502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+    mark = proxy_mark(shaper, payload)
+    return None if mark is None else mark.message
 
 
 def error_body(dialect: str | None, status: int, message: str) -> dict[str, Any]:
-    """A whole (non-streamed) error body in the dialect's format, for the proxy's own errors."""
-    if dialect == "anthropic":
-        kind = "not_found_error" if status == 404 else "api_error"
-        return {"type": "error", "error": {"type": kind, "message": message}}
-    if dialect == "gemini":
-        return {"error": {"code": status, "message": message,
-                          "status": _GOOGLE_STATUS.get(status, "INTERNAL")}}
-    if dialect == "ollama":
-        return {"error": message}
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    """A whole (non-streamed) error body in the dialect's format, for the proxy's own errors;
+    the OpenAI shape where no dialect applies (``GET /v1/streams``)."""
+    return _shaper(dialect).error_body(status, message)
+
+
+def _shaper(dialect: str | None) -> Dialect:
+    """Whose error shape the proxy's frame or body takes: the provider's, else the OpenAI one
+    (no dialect: ``GET /v1/streams``; an app stream of ``unbroken.server`` in the journal)."""
+    return get_dialect(dialect if dialect in DIALECT_NAMES else "openai-chat")

@@ -10,7 +10,9 @@ finish reason came). An exception propagates unchanged and ends the message as
 ``unbroken.stream`` would: a final HTTP status interrupts it (``UpstreamStatusError``), a
 provider error or bytes the SDK could not read fail it (``ProviderError``, ``PayloadError``),
 anything else interrupts it (``TransportError``). Leaving the loop early, ``close()`` or the
-``with`` block ending first cancels it (a finish reason already received still decides).
+``with`` block ending first cancels it (a finish reason already received still decides). An
+error an unbroken proxy wrote itself (``resumption.py``) ends the message with the status the
+proxy journaled (``interrupted`` with ``ProxyInterrupted``), never as the provider's error.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..framing import ServerSentEvent
 from ..jsonparse import dumps_compact
 from ..message import Message
 from ..receiver import DEFAULT_STALL_SECONDS
+from ..resumption import proxy_end_error, proxy_mark
 
 __all__ = [
     "AsyncTrackedStream",
@@ -149,6 +152,16 @@ class _Tracker:
             self.message.close(refused)  # as unbroken.stream ends on a final status
             return
         body = self.adapter.error_payload(exc)
+        mark = None if body is None else proxy_mark(self.adapter.dialect_for(body), body)
+        if mark is not None:
+            # An unbroken proxy's own frame: the status it journaled, not the provider's error.
+            self.message.warn("proxy_end", f"the proxy ended the stream {mark.status}: "
+                                           f"{mark.code}: {mark.message}")
+            ended = proxy_end_error(mark)
+            if ended is not None:
+                ended.__cause__ = exc
+            self.message.close(ended, cancelled=ended is None)
+            return
         if body is not None and not self.message.closed:
             self._commit(body)
             self.message.close()

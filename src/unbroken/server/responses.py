@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ..normalized_sse import MEDIA_TYPE, asks_for_normalized
+from ..resumption import LAST_EVENT_ID, STREAM_ID_HEADER, event_id_prefix
 from ..streams.access import TOKEN_HEADER, TOKEN_PARAM, events_cursor
 from ..streams.app_stream import END_EVENT
 from ..streams.journal.failures import JOURNAL_ERRORS
@@ -130,9 +131,9 @@ class _StreamResponse(Response):
         after = events_cursor(stream_id, request.headers, request.query_params)
         if after is None:
             return error_response(400, "invalid_request_error",
-                                  "Last-Event-ID must be <stream_id>:<seq> of this stream "
-                                  "and ?after= a whole number")
-        headers = {**_SSE_HEADERS, "unbroken-stream-id": stream_id}
+                                  f"{LAST_EVENT_ID} must be {event_id_prefix('<stream_id>')}<seq> "
+                                  "of this stream and ?after= a whole number")
+        headers = {**_SSE_HEADERS, STREAM_ID_HEADER: stream_id}
         if normalized:  # even after the last frame: the reader gets the end alone
             return StreamingResponse(
                 normalized_body(streams.journal, stream_id, after, streams.settings.keepalive),

@@ -14,6 +14,8 @@ import re
 import secrets
 from collections.abc import Mapping
 
+from ..resumption import LAST_EVENT_ID, STREAM_TOKEN_HEADER, valid_seq
+from ..resumption import parse_event_id as parse_any_event_id
 from .journal import StreamMeta, Tombstone
 
 __all__ = [
@@ -28,12 +30,11 @@ __all__ = [
     "parse_event_id",
     "presented_secrets",
     "secret_hash",
-    "valid_seq",
 ]
 
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
 CREDENTIAL_PARAM = "key"
-TOKEN_HEADER = "unbroken-stream-token"
+TOKEN_HEADER = STREAM_TOKEN_HEADER.lower()  # how a Starlette request's headers name it
 TOKEN_PARAM = "token"
 _STREAM_ID = re.compile(r"ub_[0-9a-f]{24}")
 
@@ -97,26 +98,11 @@ def new_stream_token() -> str:
     return "ubt_" + secrets.token_urlsafe(32)
 
 
-# The journals store a seq as a signed 64-bit integer (SQLite INTEGER): a larger one in a
-# Last-Event-ID is no seq of ours (it used to reach the SQLite query and raise OverflowError).
-MAX_SEQ = 2**63 - 1
-
-
-def valid_seq(text: str) -> bool:
-    """Whether ``text`` is a seq as this proxy writes it: ASCII digits, at most ``MAX_SEQ``."""
-    return text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_SEQ
-
-
 def parse_event_id(value: str | None) -> tuple[str, int] | None:
-    """``(stream_id, seq)`` from a ``Last-Event-ID`` of this proxy, else ``None``."""
-    if not value:
-        return None
-    stream_id, colon, seq = value.strip().rpartition(":")
-    if not colon or not valid_seq(seq):
-        return None
-    if not _STREAM_ID.fullmatch(stream_id):
-        return None
-    return stream_id, int(seq)
+    """``(stream_id, seq)`` from a ``Last-Event-ID`` of this proxy (an event id whose stream id
+    this proxy could have minted), else ``None``."""
+    named = parse_any_event_id(value)
+    return named if named is not None and _STREAM_ID.fullmatch(named[0]) else None
 
 
 def events_cursor(
@@ -124,12 +110,10 @@ def events_cursor(
 ) -> int | None:
     """The seq to serve after: ``Last-Event-ID`` wins over ``?after=``; ``None`` if either is
     malformed or names another stream."""
-    last_event_id = headers.get("last-event-id")
+    last_event_id = headers.get(LAST_EVENT_ID.lower())
     if last_event_id:
-        named, colon, seq = last_event_id.strip().rpartition(":")
-        if not colon or named != stream_id or not valid_seq(seq):
-            return None
-        return int(seq)
+        named = parse_any_event_id(last_event_id)
+        return named[1] if named is not None and named[0] == stream_id else None
     after = query.get("after")
     if after is None:
         return 0

@@ -20,11 +20,12 @@ import hashlib
 import json
 from collections.abc import Mapping
 
+from ..resumption import IDEMPOTENCY_KEY
 from .access import secret_hash
 
 __all__ = ["IDEMPOTENCY_HEADER", "PendingKeys", "idempotency_hash", "key_hash", "request_hash"]
 
-IDEMPOTENCY_HEADER = "idempotency-key"
+IDEMPOTENCY_HEADER = IDEMPOTENCY_KEY.lower()  # how a Starlette request's headers name it
 
 
 def idempotency_hash(headers: Mapping[str, str], credential_hash: str | None) -> str | None:

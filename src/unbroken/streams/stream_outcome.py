@@ -1,8 +1,8 @@
 """How a producer journals its stream's outcome: values made from its receiver's ``Message``.
 
 ``usage_fields`` and ``error_fields`` are the message's usage and error as the JSON-able values of
-``StreamState``; ``closing_error`` is the code and detail of the one error frame the producer
-adds when a stream ends without its upstream finishing it (interrupted, cancelled, malformed).
+``StreamState``; ``closing_error`` is the mark of the one error frame the producer adds when a
+stream ends without its upstream finishing it (interrupted, cancelled, malformed).
 
 Apart from ``upstream.py`` because these are decisions over values, with no I/O and no timing:
 the producer is the loop that reads the upstream and submits frames, and calls these as it
@@ -16,28 +16,33 @@ from typing import Any
 from ..errors import ProviderError, StreamError
 from ..finish import Status
 from ..message import Message
+from ..resumption import PROXY_MESSAGE_PREFIX, ProxyMark
 
 __all__ = ["closing_error", "error_fields", "usage_fields"]
 
 
-def closing_error(message: Message, stop_reason: str | None) -> tuple[str, str] | None:
-    """The code and detail of the error frame that ends a stream which did not finish, from
-    its message's status and why the producer stopped (``None``: the upstream ended it, or
-    ``"cancelled"``); ``None`` when no frame is added (a finish, or the provider's own error)."""
+def closing_error(message: Message, stop_reason: str | None) -> ProxyMark | None:
+    """The mark of the error frame that ends a stream which did not finish (its code, the
+    status journaled with it, a message for people), from its message's status and why the
+    producer stopped (``None``: the upstream ended it, or ``"cancelled"``); ``None`` when no
+    frame is added (a finish, or the provider's own error). The stream has ended, so a
+    reconnect reads nothing more: never ``resumable``."""
     status = message.status
+    code: str
     if status is Status.INTERRUPTED and stop_reason not in (None, "cancelled"):
-        return ("proxy_shutdown",
-                "unbroken proxy: the proxy shut down before the stream finished")
-    if status is Status.INTERRUPTED:
-        detail = f" ({message.error})" if message.error is not None else ""
-        return ("upstream_interrupted",
-                f"unbroken proxy: the upstream stream broke before it finished{detail}")
-    if status is Status.CANCELLED:
-        return ("stream_cancelled", "unbroken proxy: the stream was cancelled")
-    if status is Status.FAILED and not isinstance(message.error, ProviderError):
-        return ("upstream_malformed",
-                f"unbroken proxy: the upstream stream was malformed ({message.error})")
-    return None
+        code, detail = "proxy_shutdown", "the proxy shut down before the stream finished"
+    elif status is Status.INTERRUPTED:
+        cause = f" ({message.error})" if message.error is not None else ""
+        code = "upstream_interrupted"
+        detail = f"the upstream stream broke before it finished{cause}"
+    elif status is Status.CANCELLED:
+        code, detail = "stream_cancelled", "the stream was cancelled"
+    elif status is Status.FAILED and not isinstance(message.error, ProviderError):
+        code, detail = "upstream_malformed", f"the upstream stream was malformed ({message.error})"
+    else:
+        return None
+    return ProxyMark(code=code, status=status.value, resumable=False,
+                     message=PROXY_MESSAGE_PREFIX + detail)
 
 
 def usage_fields(usage: Any) -> dict[str, Any] | None:
