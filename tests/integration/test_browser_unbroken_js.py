@@ -56,22 +56,40 @@ def run(coroutine: Any) -> Any:
 
 
 async def send(page: Page, scenario: str) -> None:
-    """Pick a fault (any scenario: it is added to the picker) and press Send."""
+    """Pick a fault (any scenario: it is added to the picker) and press Send.
+
+    The states are recorded from the moment the page takes the new stream (a setter on
+    ``window.unbrokenDemo``, which the page assigns), not from the next poll: a poll of a
+    loaded browser can come after a reconnect's whole 250 ms wait, and miss that state."""
     await page.evaluate(f"""(() => {{
         const select = document.getElementById('fault');
         select.add(new Option('test', {scenario!r}));
         select.value = {scenario!r};
         window.states = [];
-        window.previous = window.unbrokenDemo?.stream;
+        let current = window.unbrokenDemo;
+        const previous = window.previous = current?.stream;
+        const record = (stream) => {{
+            const push = () => {{
+                const s = stream.state;
+                const last = window.states[window.states.length - 1];
+                if (!last || last.name !== s.name || last.attempt !== s.attempt)
+                    window.states.push({{name: s.name, attempt: s.attempt, text: stream.text}});
+            }};
+            push();
+            stream.addEventListener('change', push);
+        }};
+        Object.defineProperty(window, 'unbrokenDemo', {{
+            configurable: true, enumerable: true, get: () => current,
+            set: (value) => {{
+                const fresh = value?.stream && value.stream !== current?.stream
+                    && value.stream !== previous;
+                current = value;
+                if (fresh) record(value.stream);
+            }}}});
         document.getElementById('send').click();
         return 1; }})()""")
-    await page.wait_for("window.unbrokenDemo && window.unbrokenDemo.stream !== window.previous"
-                        " && (window.unbrokenDemo.stream.addEventListener("
-                        "'change', () => { const s = window.unbrokenDemo.stream.state; "
-                        "const last = window.states[window.states.length - 1]; "
-                        "if (!last || last.name !== s.name || last.attempt !== s.attempt) "
-                        "window.states.push({name: s.name, attempt: s.attempt, "
-                        "text: window.unbrokenDemo.stream.text}); }), true)", 10, "a stream")
+    await page.wait_for("window.unbrokenDemo && window.unbrokenDemo.stream !== window.previous",
+                        10, "a stream")
 
 
 async def ended(page: Page, timeout: float = WAIT_S) -> dict[str, Any]:
