@@ -23,7 +23,7 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
-from .base import DONE, PASS, SSEDialect, count, error_event, finish
+from .base import DONE, PASS, SSEDialect, count, error_event, finish, marked_error
 from .routes import Provider, Route
 
 __all__ = ["EVENT_TYPES", "RETRYABLE_ERRORS", "STOP_REASONS", "AnthropicDialect"]
@@ -210,12 +210,7 @@ class AnthropicDialect(SSEDialect):
     def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
         if payload.__class__ is not dict or payload.get("type") != "error":
             return None
-        error = payload.get("error")
-        mark = error.get(domain) if isinstance(error, dict) else None
-        if not isinstance(error, dict) or not isinstance(mark, dict):
-            return None
-        message = error.get("message")
-        return {**mark, "message": message if isinstance(message, str) else ""}
+        return marked_error(payload.get("error"), domain)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         kind = "not_found_error" if status == 404 else "api_error"

@@ -38,6 +38,7 @@ __all__ = [
     "SSEDialect",
     "count",
     "finish",
+    "marked_error",
 ]
 
 Frame = WireFrame
@@ -130,6 +131,17 @@ def finish(table: FinishTable, raw: str, seq: int, *, final: bool = True) -> Fin
     """A ``Finish`` from a dialect's table; an unknown raw reason is kept and maps to UNMAPPED."""
     status, reason = table.get(raw, UNMAPPED)
     return Finish(seq=seq, status=status, reason=reason, raw=raw, final=final)
+
+
+def marked_error(error: Any, domain: str) -> dict[str, str] | None:
+    """The proxy's mark in a provider's error object (under ``domain``), with the object's
+    ``message``; ``None`` if the object carries no mark. For dialects whose error frames are a
+    JSON object with a ``message`` (``Dialect.proxy_mark_fields``)."""
+    mark = error.get(domain) if isinstance(error, dict) else None
+    if not isinstance(mark, dict):
+        return None
+    message = error.get("message")
+    return {**mark, "message": message if isinstance(message, str) else ""}
 
 
 def error_event(seq: int, type_: str, message: Any, retryable: bool, raw: Any) -> ErrorEvent:

@@ -34,7 +34,7 @@ from ..events import (
 from ..finish import FinishReason, Status
 from ..framing import EVENT_STREAM, encode_message
 from ..jsonparse import dumps_compact, loads
-from .base import PASS, DialectBase, count, error_event, finish
+from .base import PASS, DialectBase, count, error_event, finish, marked_error
 from .routes import AsksStream, Provider, Route
 
 __all__ = ["EVENT_TYPES", "EXCEPTIONS", "FINISH_REASONS", "BedrockConverseDialect"]
@@ -152,11 +152,7 @@ class BedrockConverseDialect(DialectBase):
         return None, {"message": message, "reason": mark["code"], domain: dict(mark)}
 
     def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
-        mark = payload.get(domain) if payload.__class__ is dict else None
-        if mark.__class__ is not dict:
-            return None
-        message = payload.get("message")
-        return {**mark, "message": message if message.__class__ is str else ""}
+        return marked_error(payload, domain)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         # AWS's JSON error body: the message alone (the type travels in a header).

@@ -29,7 +29,7 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
-from .base import DONE, NOTHING, PASS, SSEDialect, count, error_event, finish
+from .base import DONE, NOTHING, PASS, SSEDialect, count, error_event, finish, marked_error
 from .routes import Provider, Route
 
 __all__ = [
@@ -217,7 +217,7 @@ class OpenAIChatDialect(SSEDialect):
 
     def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
         error = payload.get("error") if payload.__class__ is dict else None
-        return None if error is None else _marked(error, domain)
+        return None if error is None else marked_error(error, domain)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "server_error"
@@ -236,15 +236,6 @@ def _usage(usage: Any, seq: int) -> Usage:
         reasoning_tokens=count(completion.get("reasoning_tokens")) if completion else None,
         cached_tokens=count(prompt.get("cached_tokens")) if prompt else None,
     )
-
-
-def _marked(error: Any, domain: str) -> dict[str, str] | None:
-    """The mark in an error object, with the object's message (``None`` if unmarked)."""
-    mark = error.get(domain) if isinstance(error, dict) else None
-    if not isinstance(mark, dict):
-        return None
-    message = error.get("message")
-    return {**mark, "message": message if isinstance(message, str) else ""}
 
 
 # -- asking for usage -------------------------------------------------------------------------

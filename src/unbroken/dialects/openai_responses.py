@@ -23,7 +23,7 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
-from .base import DONE, PASS, SSEDialect, count, error_event, finish
+from .base import DONE, PASS, SSEDialect, count, error_event, finish, marked_error
 from .openai_chat import OPENAI
 from .routes import Route
 
@@ -249,12 +249,7 @@ class OpenAIResponsesDialect(SSEDialect):
     def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
         if payload.__class__ is not dict or payload.get("type") != "error":
             return None
-        error = payload.get("error")
-        mark = error.get(domain) if isinstance(error, dict) else None
-        if not isinstance(error, dict) or not isinstance(mark, dict):
-            return None
-        message = error.get("message")
-        return {**mark, "message": message if isinstance(message, str) else ""}
+        return marked_error(payload.get("error"), domain)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "server_error"
