@@ -311,7 +311,12 @@ class StreamReceiver:
                 self._frames_seen, self._offset, self._position = seen, offset, position
                 self._note_proxy(mark, sse, t, committed=True)
                 return frames
-            events = dialect.events(sse, payload, seq)
+            try:
+                events = dialect.events(sse, payload, seq)
+            except PayloadError as err:  # valid JSON in a shape the provider does not send
+                self._frames_seen, self._offset, self._position = seen, offset, position
+                self._fail_frame(err, sse, t)
+                break
             committed = commit(seq, events, t, nbytes, block_id, sse.raw)
             append(_new_frame(Frame, (seq, block_id, nbytes, t, events, committed, sse)))
             offset += nbytes

@@ -200,6 +200,26 @@ def test_malformed_json_fails_with_the_frame_number_and_offset() -> None:
         assert message.trace.frames[1].raw == b"data: {not json\n\n"
 
 
+@pytest.mark.parametrize(
+    ("dialect", "bad"),
+    [("gemini", {"candidates": ["not a candidate"]}),
+     ("openai-chat", {"choices": [{"index": 0, "delta": "not a delta"}]})],
+)
+def test_a_payload_in_an_undocumented_shape_fails_the_message_not_the_caller(
+    dialect: str, bad: dict[str, object]
+) -> None:
+    kept = {"candidates": [{"content": {"parts": [{"text": "kept"}]}}]}
+    good = sse(kept) if dialect == "gemini" else sse(chat("kept"))
+    body = good + sse(bad) + sse(chat("never"))
+    for chunks in chunkings(body):
+        message = parse(chunks, dialect=dialect)
+        assert (message.status, message.text) == (Status.FAILED, "kept")
+        assert isinstance(message.error, PayloadError)
+        assert "unexpected payload shape" in str(message.error)
+        assert (message.error.line, message.error.offset) == (2, len(good))
+        assert message.trace.frames[-1].outcome == "error"
+
+
 def test_an_event_over_max_event_size_fails_after_committing_earlier_frames() -> None:
     small = sse(chat("ok"))
     body = small + sse(chat("x" * 500)) + sse(chat(finish="stop"))
