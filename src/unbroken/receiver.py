@@ -239,9 +239,12 @@ class StreamReceiver:
         )
         # What the stream taught the first connection: its dialect (if it was detected), its id
         # and numbering, how many frames came and when the last did (for a stall across the gap).
-        if other.dialect is None and self.dialect is not None:
+        if self.dialect is not None:
+            detected = other.dialect is None
+            # the same object: a call, block or item open at the cut goes on in the next body
             other.dialect = self.dialect
-            other._decoder = other._new_decoder(self.dialect.framing)
+            if detected:
+                other._decoder = other._new_decoder(self.dialect.framing)
         other.stream_id = self.stream_id
         other.proxy_stream = self.proxy_stream
         other._frames_seen = self._frames_seen

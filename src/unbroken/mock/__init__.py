@@ -73,6 +73,9 @@ gemini (``data:`` only, CRLF line ends)::
     T+1      final chunk: finishReason STOP|MAX_TOKENS|SAFETY|MALFORMED_FUNCTION_CALL (error);
              parts [{"text": ""}], or [functionCall] for tool_calls, no content for SAFETY and
              MALFORMED_FUNCTION_CALL. Total T+1.
+    partial_args=1 with tool_calls (Vertex's streamFunctionCallArguments): T+1 names the call
+             (willContinue), T+2 .. T+6 one partialArgs piece each ($.city in two pieces and an
+             empty one, $.unit and an empty one), T+7 the final chunk with functionCall {}.
 
 ollama (NDJSON, Go-style JSON: ``<``, ``>``, ``&`` escaped as ``\\u003c`` ...)::
 

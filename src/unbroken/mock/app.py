@@ -80,6 +80,8 @@ def _check_dialect(scenario: Scenario, dialect: Dialect) -> None:
         raise ScenarioError("finish", f"{dialect.name} cannot express {scenario.finish}")
     if scenario.sse_ids and dialect.framing in (Framing.NDJSON, Framing.EVENT_STREAM):
         raise ScenarioError("sse_ids", f"{dialect.name} is not an SSE stream")
+    if scenario.partial_args and not dialect.partial_args:
+        raise ScenarioError("partial_args", f"{dialect.name} streams no arguments by JSON path")
 
 
 def _check_connection_faults(scenario: Scenario, total: int) -> None:
@@ -159,6 +161,7 @@ class MockApp:
                 finish=scenario.finish,
                 include_usage=isinstance(options, dict) and options.get("include_usage") is True,
                 background=background,
+                partial_args=scenario.partial_args,
             )
             frames = tuple(apply_data_faults(dialect.stream_frames(plan), dialect, scenario))
             _check_connection_faults(scenario, len(frames))
