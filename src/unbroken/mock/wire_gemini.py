@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..dialects.gemini import GeminiDialect
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_NAME
 from .wire import Dialect, Frame, Framing, Plan, spaced_json
 
@@ -120,7 +121,7 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 GEMINI = Dialect(
-    name="gemini",
+    name=GeminiDialect.name,
     framing=Framing.SSE_CRLF,
     media_type="text/event-stream",
     keepalive=b": keep-alive\r\n\r\n",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..dialects.openai_responses import OpenAIResponsesDialect
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
 from .wire import CREATED, Dialect, Frame, Framing, Plan, compact_json
 
@@ -154,7 +155,7 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 OPENAI_RESPONSES = Dialect(
-    name="openai-responses",
+    name=OpenAIResponsesDialect.name,
     numbered=True,
     framing=Framing.SSE,
     media_type="text/event-stream; charset=utf-8",
