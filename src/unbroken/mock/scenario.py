@@ -122,6 +122,7 @@ NEEDS = {
     "ping_ms": "pings",
     "status_times": "status",
     "retry_after": "status",
+    "partial_args": "finish",
 }
 
 
