@@ -126,6 +126,21 @@ def test_a_call_without_arguments_is_an_empty_object() -> None:
     ]
 
 
+def parts_of(*calls: dict[str, Any]) -> dict[str, Any]:
+    return {"candidates": [{"content": {"role": "model", "parts": [
+        {"functionCall": c} for c in calls]}, "finishReason": "STOP"}]}
+
+
+def test_several_calls_without_arguments_in_one_response() -> None:
+    whole = parts_of({"name": "a"}, {"name": "b"})
+    streamed = parts_of({"name": "c", "willContinue": True}, {},
+                        {"name": "d", "willContinue": True}, {})
+    message = parse(body([whole, streamed]), dialect="gemini")
+    assert [(c.index, c.name, c.arguments, c.value) for c in message.tool_calls] == [
+        (0, "a", "{}", {}), (1, "b", "{}", {}), (2, "c", "{}", {}), (3, "d", "{}", {})]
+    assert message.finish_reason is FinishReason.TOOL_CALLS
+
+
 def test_a_part_for_another_function_ends_the_open_call() -> None:
     frames = run([
         call(name="a", willContinue=True,
