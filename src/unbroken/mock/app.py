@@ -19,7 +19,7 @@ from .state import MockState, StoredResponse
 from .wire import Dialect, Frame, Framing, Plan, encode
 from .wire_anthropic import ANTHROPIC
 from .wire_bedrock import BEDROCK_CONVERSE
-from .wire_gemini import GEMINI, json_array_body
+from .wire_gemini import GEMINI
 from .wire_ollama import OLLAMA, OLLAMA_GENERATE
 from .wire_openai_chat import OPENAI_CHAT
 from .wire_openai_responses import OPENAI_RESPONSES, response_object
@@ -146,7 +146,7 @@ class MockApp:
             _check_dialect(scenario, dialect)
             raw, body = await _read_body(request)
             stream = body.get("stream") is True if stream is None else stream
-            background = dialect is OPENAI_RESPONSES and body.get("background") is True
+            background = dialect.background and body.get("background") is True
             # Ids follow the request and the reply, not the faults: a faulty stream and a clean
             # one of the same request differ only where the faults are.
             reply = f"{path}\n{scenario.seed}\n{scenario.tokens}\n{scenario.finish}\n"
@@ -184,8 +184,8 @@ class MockApp:
                 return _json(dialect, 200, response_object(plan, "queued", final=False))
             status, whole = dialect.whole_body(plan)
             return _json(dialect, status, whole)
-        if dialect is GEMINI and request.query_params.get("alt") != "sse":
-            return Response(json_array_body(plan), media_type="application/json")
+        if dialect.array_body is not None and request.query_params.get("alt") != "sse":
+            return Response(dialect.array_body(plan), media_type="application/json")
         return _stream(_delivery(frames, dialect, scenario, start_after=0,
                                  first_connection=True), dialect)
 

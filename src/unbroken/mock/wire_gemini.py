@@ -128,6 +128,7 @@ GEMINI = Dialect(
     dumps=spaced_json,
     finishes=frozenset(FINISH_REASONS),
     partial_args=True,
+    array_body=json_array_body,
     stream_frames=stream_frames,
     whole_body=whole_body,
     error_frame=error_frame,

@@ -157,6 +157,7 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 OPENAI_RESPONSES = Dialect(
     name=OpenAIResponsesDialect.name,
     numbered=True,
+    background=True,
     framing=Framing.SSE,
     media_type="text/event-stream; charset=utf-8",
     keepalive=b": keep-alive\n\n",
