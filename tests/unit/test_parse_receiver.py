@@ -17,6 +17,7 @@ from tests.unit.test_parse_bodies import (
     sse,
 )
 
+from unbroken._receiver import Frame, StreamReceiver, parse
 from unbroken.errors import (
     DecodingError,
     EventTooLargeError,
@@ -27,7 +28,6 @@ from unbroken.errors import (
 from unbroken.events import Ping, StreamEnd, TextDelta, Usage
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message
-from unbroken.receiver import Frame, StreamReceiver, parse
 
 
 def codes(message: Message) -> list[str]:
@@ -247,7 +247,7 @@ def test_a_bad_byte_in_an_sse_block_held_at_eof_fails_the_message() -> None:
     assert [frame.seq for frame in receiver.receive_data(good + bad)] == [1]
     assert receiver.receive_eof() == []
     assert (receiver.finished, receiver.message.status) == (True, Status.FAILED)
-    assert receiver.message.error is not None
+    assert isinstance(receiver.message.error, DecodingError)
     assert receiver.message.error.offset == len(good) + 6
 
 
