@@ -32,10 +32,10 @@ from tests.integration.test_browser_eventsource import chromium  # noqa: F401  (
 from tests.integration.test_proxy_support import CALLS, KEY, mock_counts, proxy_config
 from tests.servers import serve_in_thread
 
+from unbroken._tool_calls import ToolCalls
 from unbroken.events import ToolCallDelta
 from unbroken.mock import reply_text
 from unbroken.proxy import create_app
-from unbroken.tool_calls import ToolCalls
 from unbroken.web import demo_page, with_demo_page
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

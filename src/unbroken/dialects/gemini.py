@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from .._jsonparse import dumps_compact
 from ..events import (
     Event,
     Finish,
@@ -29,7 +30,6 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
-from ..jsonparse import dumps_compact
 from .base import DONE, PASS, SSEDialect, count, error_event, finish
 from .gemini_arguments import StreamedArguments
 from .routes import AsksStream, Provider, Route

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from .._jsonparse import dumps_compact
 from ..errors import PayloadError
-from ..jsonparse import dumps_compact
 
 __all__ = ["StreamedArguments", "parse_path"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..dialects.openai_chat import OpenAIChatDialect
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
-from .wire import CREATED, Dialect, Frame, Framing, Plan, compact_json
+from .wire import CREATED, Dialect, Framing, Plan, PlannedFrame, compact_json
 
 __all__ = ["OPENAI_CHAT"]
 
@@ -24,7 +24,7 @@ SERVER_ERROR = {
 }
 
 
-def _chunk(plan: Plan, choices: list[dict[str, Any]], **extra: Any) -> Frame:
+def _chunk(plan: Plan, choices: list[dict[str, Any]], **extra: Any) -> PlannedFrame:
     body = {
         "id": f"chatcmpl-{plan.ident}",
         "object": "chat.completion.chunk",
@@ -35,7 +35,7 @@ def _chunk(plan: Plan, choices: list[dict[str, Any]], **extra: Any) -> Frame:
         "choices": choices,
         **extra,
     }
-    return Frame(data=compact_json(body))
+    return PlannedFrame(data=compact_json(body))
 
 
 def _choice(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def _tool_call_id(plan: Plan) -> str:
     return f"call_{plan.ident}"
 
 
-def stream_frames(plan: Plan) -> list[Frame]:
+def stream_frames(plan: Plan) -> list[PlannedFrame]:
     frames = [_chunk(plan, [_choice({"role": "assistant", "content": "", "refusal": None})])]
     frames += [_chunk(plan, [_choice({"content": delta})]) for delta in plan.deltas]
     if plan.finish == "tool_calls":
@@ -82,7 +82,7 @@ def stream_frames(plan: Plan) -> list[Frame]:
     frames.append(_chunk(plan, [_choice({}, FINISH_REASONS[plan.finish])]))
     if plan.include_usage:
         frames.append(_chunk(plan, [], usage=_usage(plan)))
-    frames.append(Frame(data=b"[DONE]"))
+    frames.append(PlannedFrame(data=b"[DONE]"))
     return frames
 
 
@@ -122,8 +122,8 @@ def whole_body(plan: Plan) -> tuple[int, dict[str, Any]]:
     }
 
 
-def error_frame(position: int) -> Frame:
-    return Frame(data=compact_json({"error": SERVER_ERROR}))
+def error_frame(position: int) -> PlannedFrame:
+    return PlannedFrame(data=compact_json({"error": SERVER_ERROR}))
 
 
 ERROR_TYPES = {
