@@ -26,6 +26,11 @@ the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
     INDEX streams_created (created, stream_id), streams_by_credential         -- version 5
           (credential_hash, created, stream_id): listings, newest first
 
+Several processes on one file (``unbroken proxy --workers N``, or apps of ``unbroken.server``):
+a reader follows a stream another process produces (``SharedFollow``), woken by that process's
+notices after each commit (``sqlite_notices.py``); a cancel is carried to the producer the same
+way. Only processes of one host can: the pid in the stream's lease names the producer.
+
 ``read_only=True`` opens an existing file only to read it (``unbroken streams``): no writer, no
 checkpointer, no upgrade, nothing created.
 """
@@ -40,10 +45,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ...finish import END_STATES
-from .base import Journal
+from .holder import local_pid
 from .listing import StreamQuery
 from .records import FrameRecord, Lease, StreamMeta, StreamRecord, StreamState, Tombstone
+from .shared_follow import SharedFollow, Watch
 from .sqlite_commit import Checkpointer, GroupCommit, Write
+from .sqlite_notices import CommitNotices, NoticeWatch
 from .sqlite_schema import (
     SCHEMA_VERSION,
     STREAM_COLUMNS,
@@ -62,7 +69,7 @@ CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the ev
 COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window
 
 
-class SQLiteJournal(Journal):
+class SQLiteJournal(SharedFollow):
     """Streams and frames in one SQLite file (WAL); survives a restart of the proxy."""
 
     def __init__(self, path: str, *, tail_frames: int = 256,
@@ -80,6 +87,12 @@ class SQLiteJournal(Journal):
         self._commit_window = commit_window
         self._last_flush = float("-inf")
         self._written: dict[str, StreamState] = {}  # the state last written, per live stream
+        self._notices = CommitNotices(path, live=self._tails.__contains__,
+                                      on_cancel=self._cancel_here)
+
+    def _cancel_here(self, stream_id: str) -> None:
+        if self.on_cancel is not None:
+            self.on_cancel(stream_id)
 
     async def open(self) -> None:
         if self.read_only:
@@ -91,11 +104,13 @@ class SQLiteJournal(Journal):
         self._reader = connect(self.path, read_only=True)
         self._checkpointer = Checkpointer(self.path, self._checkpoint_every)
         self._checkpointer.start()
+        await self._notices.serve()
         await super().open()
 
     async def close(self) -> None:
         if self._batch is not None:
             self._flush()
+        await self._notices.close()
         if self._checkpointer is not None:
             await asyncio.to_thread(self._checkpointer.stop)
             self._checkpointer = None
@@ -156,6 +171,7 @@ class SQLiteJournal(Journal):
             self.observer.committed(time.perf_counter() - started)
         for stream_id, frames, state in batch.appends:
             self._landed(stream_id, frames, state)
+        self._notices.landed(batch.appends)
         if not batch.future.cancelled():
             batch.future.set_result(results)
 
@@ -163,6 +179,33 @@ class SQLiteJournal(Journal):
         if self._reader is None:
             raise RuntimeError("the journal is not open")
         return read(self._reader)
+
+    # -- other processes ----------------------------------------------------------------------
+
+    async def _watch(self, stream_id: str) -> Watch | None:
+        record = await self.get(stream_id, with_text=False)
+        if record is None:
+            return None
+        lease = None if record.state.ended else await self.lease(stream_id)
+        watch = NoticeWatch(self._notices, stream_id,
+                            None if lease is None else local_pid(lease.owner),
+                            ended=record.state.ended)
+        await watch.start()
+        return watch
+
+    def release(self, stream_id: str) -> None:
+        super().release(stream_id)
+        self._notices.gone(stream_id)
+
+    async def request_cancel(self, stream_id: str) -> bool:
+        """Ask the process of this host that produces the stream to cancel it."""
+        lease = await self.lease(stream_id)
+        pid = None if lease is None else local_pid(lease.owner)
+        link = None if pid is None else await self._notices.link(pid)
+        if link is None:
+            return False
+        link.send("x" + stream_id)
+        return True
 
     # -- storage ------------------------------------------------------------------------------
 
