@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from ..streams.journal import journal_for, shown_store
 from .app import create_app
 from .config import DEFAULT_ORIGINS, PROVIDERS, ProxyConfig, cors_origin, parse_duration
-from .shutdown import FLUSH_MARGIN_S
-from .shutdown import serve
+from .shutdown import FLUSH_MARGIN_S, serve
 from .workers import MEMORY_REFUSED, supervise, watch_parent
 
 EXIT_JOURNAL = 4  # as the CLI's network failures: the journal's store cannot be reached
