@@ -12,7 +12,7 @@ their own connection; in WAL mode readers never block the writer, nor it them. T
 group commit (``GroupCommit``) and the checkpoint thread (``Checkpointer``) are in
 ``sqlite_commit.py``; when a commit runs, and whom it wakes, is decided here.
 
-Schema (``PRAGMA user_version`` = 5; older files are upgraded in one transaction when opened;
+Schema (``PRAGMA user_version`` = 6; older files are upgraded in one transaction when opened;
 the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
 
     streams(stream_id PK, dialect, created, updated, status, finish_reason, raw_finish_reason,
@@ -25,6 +25,7 @@ the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
     UNIQUE INDEX frames_by_stream ON frames (stream_id, seq)                  -- version 3
     INDEX streams_created (created, stream_id), streams_by_credential         -- version 5
           (credential_hash, created, stream_id): listings, newest first
+    claims(key PK, claimer, expires)            -- version 6: idempotency keys being created
 
 Several processes on one file (``unbroken proxy --workers N``, or apps of ``unbroken.server``):
 a reader follows a stream another process produces (``SharedFollow``), woken by that process's
@@ -197,6 +198,36 @@ class SQLiteJournal(SharedFollow):
         super().release(stream_id)
         self._notices.gone(stream_id)
 
+    async def claim_idempotent(self, idempotency_hash: str, claimer: str, ttl: float,
+                               replacing: str | None = None) -> bool:
+        """As ``Journal.claim_idempotent``, across the processes on this file: held by
+        ``claimer`` unless another holds it unexpired, or a stream made with the key exists
+        (other than ``replacing``)."""
+        def write(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            made = conn.execute(
+                "SELECT stream_id FROM streams WHERE idempotency_hash = ? "
+                "ORDER BY created DESC LIMIT 1", (idempotency_hash,)).fetchone()
+            if made is not None and made[0] != replacing:
+                return False
+            held = conn.execute("SELECT claimer, expires FROM claims WHERE key = ?",
+                                (idempotency_hash,)).fetchone()
+            if held is not None and held[0] != claimer and held[1] > now:
+                return False
+            conn.execute("INSERT OR REPLACE INTO claims (key, claimer, expires) "
+                         "VALUES (?, ?, ?)", (idempotency_hash, claimer, now + ttl))
+            return True
+
+        held: bool = await self._write(write)
+        return held
+
+    async def release_idempotent(self, idempotency_hash: str, claimer: str) -> None:
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM claims WHERE key = ? AND claimer = ?",
+                         (idempotency_hash, claimer))
+
+        await self._write(write)
+
     async def request_cancel(self, stream_id: str) -> bool:
         """Ask the process of this host that produces the stream to cancel it."""
         lease = await self.lease(stream_id)
@@ -284,6 +315,7 @@ class SQLiteJournal(SharedFollow):
             ).fetchall()
             gone = [(stream_id,) for (stream_id,) in old if stream_id not in keep]
             conn.execute("DELETE FROM tombstones WHERE expired_at < ?", (older_than,))
+            conn.execute("DELETE FROM claims WHERE expires < ?", (now,))
             conn.executemany(
                 "INSERT OR REPLACE INTO tombstones (stream_id, token_hash, credential_hash, "
                 "expired_at) SELECT stream_id, token_hash, credential_hash, ? FROM streams "

@@ -39,6 +39,7 @@ __all__ = ["MAX_BUFFERED", "CommitNotices", "Link", "NoticeWatch", "Watched", "a
 
 MAX_BUFFERED: Final = 1 << 20  # bytes of notices a slow peer may leave unread
 _MAX_LINE: Final = 1024  # a stream id is at most 128 characters
+_CONNECT_S: Final = 1.0
 _ABSTRACT: Final = sys.platform.startswith("linux")
 log = logging.getLogger("unbroken.proxy")
 
@@ -62,6 +63,10 @@ class Watched:
         self.version = 0  # notices received: a reader compares it with the last it saw
         self.gone = False  # the producer said the stream ended or is not live there
         self.changed = asyncio.Event()
+
+    def stopped(self) -> bool:
+        """Whether nothing more will come: the stream ended or left, or the link broke."""
+        return self.gone or self.link.lost
 
     def pulse(self) -> None:
         self.version += 1
@@ -150,7 +155,7 @@ class NoticeWatch:
 
     async def wait(self, cursor: int, timeout: float) -> list[FrameRecord] | None:
         watched = self._watched
-        if watched is not None and (watched.gone or watched.link.lost):
+        if watched is not None and watched.stopped():
             if not self._told:  # at once: its producer said the end, or died
                 self._told = True
                 return None
@@ -159,7 +164,7 @@ class NoticeWatch:
                 await self.start()  # the producer may live: a new link (a lost one failed)
                 self._told = False
                 watched = self._watched
-        if watched is None or watched.gone or watched.link.lost:
+        if watched is None or watched.stopped():
             # Nothing will say when it changes: the file is read again after ``timeout``.
             await asyncio.sleep(timeout)
             return None
@@ -170,6 +175,9 @@ class NoticeWatch:
         if watched.version == self._seen:
             return None
         self._seen = watched.version
+        if watched.stopped():
+            self._told = True  # the reader looks at the stream now (it ended, or its producer)
+            return None
         return []
 
     def _release(self) -> None:
@@ -322,8 +330,8 @@ class CommitNotices:
         pending = self._connecting[pid] = asyncio.get_running_loop().create_future()
         made: Link | None = None
         try:
-            reader, writer = await asyncio.open_unix_connection(address(self._path, pid),
-                                                                limit=_MAX_LINE)
+            reader, writer = await asyncio.open_unix_connection(sock=_connected(
+                address(self._path, pid)), limit=_MAX_LINE)
             made = self._links[pid] = Link(reader, writer, self._lost)
         except OSError:
             made = None
@@ -336,6 +344,21 @@ class CommitNotices:
         for pid, known in list(self._links.items()):
             if known is link:
                 del self._links[pid]
+
+
+def _connected(name: str) -> socket.socket:
+    """A socket connected to ``name``. Connected here, not by the event loop: uvloop cannot
+    connect to an abstract address (EINVAL), and a local connect answers at once (a full
+    backlog waits, ``_CONNECT_S`` at most)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(_CONNECT_S)
+        sock.connect(name)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _same_user(writer: asyncio.StreamWriter) -> bool:
