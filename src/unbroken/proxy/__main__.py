@@ -19,9 +19,10 @@ from ..streams.journal import journal_for, shown_store
 from .app import create_app
 from .config import DEFAULT_ORIGINS, PROVIDERS, ProxyConfig, cors_origin, parse_duration
 from .shutdown import FLUSH_MARGIN_S, serve
-from .workers import MEMORY_REFUSED, supervise, watch_parent
+from .workers import MEMORY_REFUSED, listening, supervise, watch_parent
 
 EXIT_JOURNAL = 4  # as the CLI's network failures: the journal's store cannot be reached
+EXIT_LISTEN = 4  # as the CLI's network failures: a port of --workers cannot be bound
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -165,9 +166,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"unbroken: {failure}", file=sys.stderr)
         return EXIT_JOURNAL
     if args.workers > 1:
-        return supervise(list(argv if argv is not None else sys.argv[1:]),
-                         workers=args.workers, host=args.host, port=args.port,
-                         worker_ports=args.worker_ports, log_level=args.log_level,
+        try:
+            per_worker = listening(args.host, args.port, args.workers, args.worker_ports)
+        except OSError as error:
+            print(f"unbroken: cannot listen on {args.host}: {error.strerror or error}",
+                  file=sys.stderr)
+            return EXIT_LISTEN
+        return supervise(per_worker, list(argv if argv is not None else sys.argv[1:]),
+                         log_level=args.log_level,
                          stop_after=config.shutdown_grace + FLUSH_MARGIN_S)
     serve(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -37,7 +37,7 @@ from typing import Final
 
 from ..streams.logs import log_config, log_event
 
-__all__ = ["MEMORY_REFUSED", "supervise", "watch_parent"]
+__all__ = ["MEMORY_REFUSED", "listening", "supervise", "watch_parent"]
 
 MEMORY_REFUSED: Final = ("--workers needs a journal the worker processes share: "
                          "--store sqlite:///path.db or redis://host:6379/0 (memory:// lives in "
@@ -71,13 +71,31 @@ class _Worker:
         self.due = 0.0  # monotonic time before which it is not started again
 
 
-def supervise(argv: Sequence[str], *, workers: int, host: str, port: int,
-              worker_ports: int | None, stop_after: float, log_level: str) -> int:
-    """Serve with ``workers`` processes until SIGTERM or SIGINT; 0 once all have stopped."""
+def listening(host: str, port: int, workers: int,
+              worker_ports: int | None) -> list[list[socket.socket]]:
+    """The sockets each worker serves: the shared port, then its own (``OSError`` if one
+    cannot be bound; none is left open then)."""
+    bound: list[socket.socket] = []
+    try:
+        bound.append(_listen(host, port))
+        for i in range(workers if worker_ports else 0):
+            assert worker_ports is not None
+            bound.append(_listen(host, worker_ports + i))
+    except OSError:
+        for sock in bound:
+            sock.close()
+        raise
+    shared, own = bound[0], bound[1:]
+    return [[shared, *own[i:i + 1]] for i in range(workers)]
+
+
+def supervise(sockets: list[list[socket.socket]], argv: Sequence[str], *, stop_after: float,
+              log_level: str) -> int:
+    """Serve with one worker per entry of ``sockets`` (``listening``) until SIGTERM or SIGINT;
+    0 once all have stopped."""
     logging.config.dictConfig(log_config(log_level))
-    shared = _listen(host, port)
-    own = [_listen(host, worker_ports + i) for i in range(workers)] if worker_ports else []
-    slots = [_Worker(i, [shared, *own[i:i + 1]]) for i in range(workers)]
+    workers = len(sockets)
+    slots = [_Worker(i, socks) for i, socks in enumerate(sockets)]
     stopping = threading.Event()
 
     def on_signal(sig: int, frame: FrameType | None) -> None:
@@ -88,7 +106,8 @@ def supervise(argv: Sequence[str], *, workers: int, host: str, port: int,
                     slot.process.send_signal(signal.SIGTERM)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    log_event("proxy.workers", workers=workers, port=port, worker_ports=worker_ports)
+    log_event("proxy.workers", workers=workers,
+              ports=",".join(str(sock.getsockname()[1]) for sock in slots[0].sockets))
     try:
         while not stopping.is_set():
             now = time.monotonic()
@@ -114,7 +133,7 @@ def supervise(argv: Sequence[str], *, workers: int, host: str, port: int,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sock in [shared, *own]:
+        for sock in {sock for slot in slots for sock in slot.sockets}:
             sock.close()
     log_event("proxy.workers_stopped", workers=workers)
     return 0
