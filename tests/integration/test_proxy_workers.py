@@ -2,8 +2,8 @@
 
 Each worker also listens alone on ``--worker-ports BASE + i``, so a test picks the worker that
 serves a request: a stream produced by worker 0 and resumed on worker 1 gets the live tail
-exactly (frames that could only come live, while the upstream stalls, then the rest and the
-end); a killed worker's streams are recovered by the other and the parent starts it again;
+exactly (while the upstream stalls, then the rest and the end); a killed worker's streams are
+recovered by the other, the parent starts it again, and SIGTERM drains every worker;
 ``--workers`` with the memory journal is refused.
 """
 
@@ -110,8 +110,9 @@ def test_a_stream_produced_by_one_worker_is_followed_live_on_the_other(
 ) -> None:
     call = CALLS["openai-chat"]
     tokens = 8
-    # The upstream stalls after frame 5 for 3 s: frames 3-5 reach worker 1's reader while the
-    # stream is live and stalled, so they can only have come through the live tail.
+    # The upstream stalls after frame 5 for 3 s: worker 1's reader gets frames 3-5 while the
+    # stream is live, then the rest as worker 0 commits them, then the end. (That they come
+    # by worker 0's notices and not by a re-read of the file: test_sqlite_follow_processes.)
     scenario = f"seed=11; tokens={tokens}; stall_after=5; stall_s=3"
     total = call.total(tokens)
     with _store(tmp_path, store) as where, \
@@ -147,7 +148,7 @@ def test_a_killed_workers_streams_are_recovered_and_the_worker_restarted(
     call = CALLS["openai-chat"]
     log = tmp_path / "proxy.log"
     scenario = "seed=6; tokens=8; stall_after=4; stall_s=60"
-    with workers(mock_server, tmp_path / "journal.db", log) as (_proxy, (one, two)):
+    with workers(mock_server, tmp_path / "journal.db", log) as (proxy, (one, two)):
         # Two streams on worker 0: one read on worker 1 as it is produced, one no one reads.
         with httpx2.stream("POST", one + call.path, json=call.body, timeout=30,
                            headers=call.headers(scenario)) as unread:
@@ -181,6 +182,10 @@ def test_a_killed_workers_streams_are_recovered_and_the_worker_restarted(
         assert [(r["worker"], r["pid"], r["code"]) for r in exited] == [("0", str(pid), "-9")]
         unread_status = stream_status(one, unread_id)
         assert (unread_status["status"], unread_status["last_seq"]) == ("interrupted", 5)
+        # SIGTERM to the parent: each live worker drains, then the parent exits 0.
+        assert proxy.terminate() == 0
+        events = [r.get("event") for r in log_records(log)]
+        assert (events.count("proxy.drained"), events[-1]) == (2, "proxy.workers_stopped")
     assert mock_counts(mock_server)["generations"] == {call.path: 2}
 
 

@@ -39,6 +39,7 @@ checkpointer, no upgrade, nothing created.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import time
@@ -68,6 +69,7 @@ __all__ = ["SCHEMA_VERSION", "SQLiteJournal"]
 
 CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the event loop)
 COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window
+_CLOSE_BUSY_MS: Final = 1000  # the last checkpoint waits this long for other processes at most
 
 
 class SQLiteJournal(SharedFollow):
@@ -119,7 +121,11 @@ class SQLiteJournal(SharedFollow):
             self._reader.close()
             self._reader = None
         if self._writer is not None:
-            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # Bounded: another process on the file (``--workers``) may hold it; it checkpoints
+            # on its own, so a busy file is left as it is.
+            self._writer.execute(f"PRAGMA busy_timeout = {_CLOSE_BUSY_MS}")
+            with contextlib.suppress(sqlite3.OperationalError):
+                self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._writer.close()
             self._writer = None
         await super().close()
