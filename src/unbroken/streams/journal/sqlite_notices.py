@@ -41,6 +41,8 @@ MAX_BUFFERED: Final = 1 << 20  # bytes of notices a slow peer may leave unread
 _MAX_LINE: Final = 1024  # a stream id is at most 128 characters
 _CONNECT_S: Final = 1.0
 _ABSTRACT: Final = sys.platform.startswith("linux")
+# Unix sockets as asyncio serves them: not on Windows, where readers fall back to re-reading.
+_SUPPORTED: Final = hasattr(socket, "AF_UNIX") and sys.platform != "win32"
 log = logging.getLogger("unbroken.proxy")
 
 
@@ -225,6 +227,8 @@ class CommitNotices:
 
     async def serve(self) -> None:
         """Listen for the processes that watch this one's streams."""
+        if not _SUPPORTED:
+            return
         name = address(self._path, os.getpid())
         if not _ABSTRACT:
             os.makedirs(os.path.dirname(name), mode=0o700, exist_ok=True)
@@ -324,6 +328,8 @@ class CommitNotices:
         link = self._links.get(pid)
         if link is not None and not link.lost:
             return link
+        if not _SUPPORTED:
+            return None
         pending = self._connecting.get(pid)
         if pending is not None:
             return await asyncio.shield(pending)
