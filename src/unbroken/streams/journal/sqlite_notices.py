@@ -88,8 +88,12 @@ class Link:
         self._task = asyncio.get_running_loop().create_task(self._read(reader))
 
     def send(self, line: str) -> None:
-        if not self.lost:
-            self._writer.write(line.encode() + b"\n")
+        if self.lost:
+            return
+        if self._writer.transport.get_write_buffer_size() > MAX_BUFFERED:
+            self.close()  # the producer reads no more: its readers look at it, and re-link
+            return
+        self._writer.write(line.encode() + b"\n")
 
     def watch(self, stream_id: str) -> Watched:
         watched = self.watched.get(stream_id)
