@@ -60,7 +60,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -120,8 +120,8 @@ async def paced_server(port: int) -> None:
                     await writer.drain()
             writer.write(chunk(tail) + b"0\r\n\r\n")
             await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, RuntimeError):
+            pass  # the reader went away (uvloop raises RuntimeError on a closed transport)
         finally:
             writer.close()
 
@@ -460,7 +460,7 @@ def main() -> None:
     load.add_argument("--frames", type=int, default=None,
                       help="frames of each stream (default 200; --quick 150)")
     load.add_argument("--start", type=int, default=None,
-                      help="streams of the first level (default 32; --quick 64)")
+                      help="streams of the first level (default 16; --quick 32)")
     load.add_argument("--max-streams", type=int, default=2048)
     load.add_argument("--bisect", type=int, default=None,
                       help="bisection steps after the doubling (default 3; --quick 2)")
@@ -472,7 +472,7 @@ def main() -> None:
     if options.scenario == "load":
         options.journal = options.journal or "both"
         options.frames = options.frames or (150 if options.quick else 200)
-        options.start = options.start or (64 if options.quick else 32)
+        options.start = options.start or (32 if options.quick else 16)
         options.bisect = options.bisect if options.bisect is not None else (
             2 if options.quick else 3)
         load_scenario(options)
@@ -634,45 +634,58 @@ def run_async(work: Any) -> Any:
     return asyncio.run(work)
 
 
-def highest_sustained(server: Server, base: str, options: argparse.Namespace,
-                      side: int | None = None) -> tuple[Level | None, list[Level]]:
-    """The level with the most streams that is sustained: doubling from ``--start`` streams
-    until a level is not, then bisecting between the last that was and the first that was not
-    (``--bisect`` steps). Returns it and every level run."""
-    run_async(paced_streams(base, 4, options.rate, 20))  # warm up imports and connections
-    tried: list[Level] = []
+class Search:
+    """One peer's search for its highest sustained level: doubling from ``--start`` streams
+    until a level is not sustained (twice: a level that fails is run once more, since one burst
+    of the shared machine's other work can sink it), then bisecting between the last level that
+    was and the first that was not (``--bisect`` steps)."""
 
-    def run(streams: int) -> Level:
-        level = load_level(server, base, streams, options.rate, options.frames, side)
-        tried.append(level)
-        mark = "ok" if level.sustained else "not sustained"
-        print(f"     {server.kind:<12}{streams:>6} streams: {level.delivered:>9,.0f} of "
-              f"{level.offered:>9,.0f} frames/s, p99 {level.p99:7.1f} ms, "
-              f"{level.cpu_us:6.1f} us/frame  {mark}", flush=True)
-        return level
+    def __init__(self, name: str, server: Server, side: int | None,
+                 options: argparse.Namespace) -> None:
+        self.name, self.server, self.side = name, server, side
+        self.best: Level | None = None
+        self._failed: int | None = None
+        self._retried: set[int] = set()
+        self._steps = options.bisect
+        self._max = options.max_streams
+        self.next: int | None = options.start
 
-    best: Level | None = None
-    failed: int | None = None
-    streams = options.start
-    while streams <= options.max_streams:
-        level = run(streams)
-        if not level.sustained:
-            failed = streams
-            break
-        best = level
-        streams *= 2
-    if best is not None and failed is not None:
-        low, high = best.streams, failed
-        for _ in range(options.bisect):
-            middle = (low + high) // 2
-            if middle in (low, high):
-                break
-            level = run(middle)
-            if level.sustained:
-                best, low = level, middle
-            else:
-                high = middle
-    return best, tried
+    def record(self, level: Level) -> None:
+        streams = level.streams
+        if not level.sustained and streams not in self._retried:
+            self._retried.add(streams)
+            return  # self.next stays: the same level once more
+        if level.sustained:
+            self.best = level
+        else:
+            self._failed = streams
+        if self._failed is None:
+            self.next = streams * 2 if streams * 2 <= self._max else None
+            return
+        low = self.best.streams if self.best else 0
+        middle = (low + self._failed) // 2
+        if self._steps <= 0 or middle in (low, self._failed) or not low:
+            self.next = None
+            return
+        self._steps -= 1
+        self.next = middle
+
+
+def highest_sustained(searches: list[Search], options: argparse.Namespace) -> None:
+    """Step every peer's search in turn, one level each, so that the shared machine's other
+    work falls on every peer alike; each ends with its ``best``."""
+    for search in searches:
+        run_async(paced_streams(search.server.url, 4, options.rate, 20))  # warm up
+    while active := [search for search in searches if search.next is not None]:
+        for search in active:
+            assert search.next is not None
+            level = load_level(search.server, search.server.url, search.next, options.rate,
+                               options.frames, search.side)
+            mark = "ok" if level.sustained else "not sustained"
+            print(f"     {search.name:<24}{level.streams:>6} streams: {level.delivered:>9,.0f} "
+                  f"of {level.offered:>9,.0f} frames/s, p99 {level.p99:7.1f} ms, "
+                  f"{level.cpu_us:6.1f} us/frame  {mark}", flush=True)
+            search.record(level)
 
 
 async def hold_paced(base: str, streams: int) -> list[asyncio.StreamWriter]:
@@ -749,34 +762,28 @@ def load_scenario(options: argparse.Namespace) -> None:
             peers.append((f"proxy {journal}", journal, ()))
         if options.pending:
             peers.append((f"proxy {journals[0]}, one write", journals[0], ("--skip-answered",)))
-        best: dict[str, Level | None] = {}
-        cpu_at_best: dict[str, float] = {}
-        with start("paced", options) as paced:
-            print("\n  highest sustained rate (doubling, then bisecting the streams)")
+        with start("paced", options) as paced, ExitStack() as servers:
+            print("\n  highest sustained rate (doubling, then bisecting the streams; the peers "
+                  "in turn)")
+            searches = []
             for name, journal, flags in peers:
                 kind = "passthrough" if not journal else "proxy"
-                side = redis_pid if journal == "redis" else None
-                with start(kind, options, cpus=proxy_cpus, upstream=paced.url,
-                           flags=flags + store(journal, name)) as server:
-                    server.kind = name
-                    level, _ = highest_sustained(server, server.url, options, side)
-                    best[name] = level
-                    if level is not None:
-                        cpu_at_best[name] = level.cpu_us
+                server = servers.enter_context(start(
+                    kind, options, cpus=proxy_cpus, upstream=paced.url,
+                    flags=flags + store(journal, name)))
+                searches.append(Search(name, server, redis_pid if journal == "redis" else None,
+                                       options))
+            highest_sustained(searches, options)
+            best = {search.name: search.best for search in searches}
             own = best.get(f"proxy {journals[0]}")
             half = max(1, (own.streams if own else options.start) // 2)
             print(f"\n  latency at half the proxy's own highest rate: {half} streams, "
                   f"{half * options.rate:,.0f} frames/s", flush=True)
             at_half: dict[str, Level] = {
                 "direct": load_level(None, paced.url, half, options.rate, options.frames)}
-            for name, journal, flags in peers:
-                kind = "passthrough" if not journal else "proxy"
-                side = redis_pid if journal == "redis" else None
-                with start(kind, options, cpus=proxy_cpus, upstream=paced.url,
-                           flags=flags + store(journal, "half " + name)) as server:
-                    run_async(paced_streams(server.url, 4, options.rate, 20))
-                    at_half[name] = load_level(server, server.url, half, options.rate,
-                                               options.frames, side)
+            for search in searches:
+                at_half[search.name] = load_level(search.server, search.server.url, half,
+                                                  options.rate, options.frames, search.side)
             memory: dict[str, float] = {}
             print(f"\n  memory: {options.live} live slow streams on a fresh process",
                   flush=True)
