@@ -463,7 +463,7 @@ def main() -> None:
                       help="streams of the first level (default 16; --quick 32)")
     load.add_argument("--max-streams", type=int, default=2048)
     load.add_argument("--bisect", type=int, default=None,
-                      help="bisection steps after the doubling (default 3; --quick 2)")
+                      help="bisection steps after the doubling (default 2; --quick 1)")
     load.add_argument("--live", type=int, default=1000,
                       help="live slow streams held for the memory figure")
     load.add_argument("--no-pending", dest="pending", action="store_false",
@@ -474,7 +474,7 @@ def main() -> None:
         options.frames = options.frames or (150 if options.quick else 200)
         options.start = options.start or (32 if options.quick else 16)
         options.bisect = options.bisect if options.bisect is not None else (
-            2 if options.quick else 3)
+            1 if options.quick else 2)
         load_scenario(options)
         return
     options.journal = options.journal or "sqlite"
