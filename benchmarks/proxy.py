@@ -590,26 +590,29 @@ class Level:
 async def paced_streams(base: str, streams: int, rate: float,
                         frames: int) -> tuple[list[float], int, float]:
     """``streams`` paced streams, started over ``STAGGER_S``: their latencies (ms, sorted), the
-    frames received and the share of the asked rate they got (mean over streams of the ideal
-    span from the first frame's send to the last one's receive, over the measured one; a stream
-    that broke, lost frames or ran past the bound counts for what it delivered)."""
-    ideal = (frames - 1) / rate
+    frames received and the share of the asked rate they got: how long the level should take
+    (the stagger, then one stream's frames at ``rate``) over how long it took, from its start to
+    the last frame received, times the share of frames that arrived. So a path that is slow to
+    accept or connect streams, which spreads them out and lowers the real concurrency, or
+    that falls behind, gets less than its offered rate; a stream that broke or ran past the
+    bound counts for what it delivered."""
+    ideal = STAGGER_S * (streams - 1) / streams + (frames - 1) / rate
+    began = time.monotonic_ns()
 
-    async def one(delay: float) -> tuple[list[float], float]:
+    async def one(delay: float) -> tuple[list[float], int]:
         await asyncio.sleep(delay)
         try:
-            got, first, last = await asyncio.wait_for(
+            got, _, last = await asyncio.wait_for(
                 timed_frames(base, frames, rate), timeout=3 * ideal + 10)
         except (TimeoutError, OSError):
-            return [], 0.0
-        if not got:
-            return [], 0.0
-        span = max(ideal, (last - first) / 1e9)
-        return got, ideal / span * len(got) / frames
+            return [], 0
+        return got, last
 
     runs = await asyncio.gather(*(one(STAGGER_S * i / streams) for i in range(streams)))
     latencies = sorted(value for got, _ in runs for value in got)
-    return latencies, len(latencies), sum(share for _, share in runs) / streams
+    took = (max(last for _, last in runs) - began) / 1e9
+    share = min(1.0, ideal / took) * len(latencies) / (streams * frames) if took > 0 else 0.0
+    return latencies, len(latencies), share
 
 
 def load_level(server: Server | None, base: str, streams: int, rate: float, frames: int,
