@@ -4,8 +4,8 @@ Writes are group-committed on the event loop's own thread: every append made whi
 handled one round of ready sockets is queued, and one transaction, run at the start of the next
 round (or, under load, when the commit window since the last commit has passed: 1 ms, widened
 up to 8 ms while commits cost more than a tenth of it), commits them all, across streams, then
-wakes the callers. No thread hand-off sits on
-the hot path: with the GIL, a hop to a writer thread and back costs more than the commit, whose
+wakes the callers. No thread hand-off sits on the hot path: with the GIL, a hop to a writer
+thread and back costs more than the commit, whose
 ``synchronous=NORMAL`` in WAL mode is a ``write()`` to the log and no ``fsync``. The one slow
 thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop: automatic
 checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
