@@ -453,8 +453,8 @@ def main() -> None:
                         help="the proxies' journal: a SQLite file or a redis-server started on "
                              "127.0.0.1 (default: sqlite; the load scenario: both)")
     parser.add_argument("--scenario", choices=("fast", "load"), default="fast",
-                        help="fast: a few fast streams (figures 1-4 above); load: many slow "
-                             "streams, one frame per chunk (issue 17)")
+                        help="fast: a few fast streams (figures 1-4 of the docstring); "
+                             "load: many slow streams, one frame per chunk (issue 17)")
     load = parser.add_argument_group("the load scenario")
     load.add_argument("--rate", type=float, default=50.0, help="frames/s of each stream")
     load.add_argument("--frames", type=int, default=None,
