@@ -13,7 +13,7 @@ their own connection; in WAL mode readers never block the writer, nor it them. T
 group commit (``GroupCommit``) and the checkpoint thread (``Checkpointer``) are in
 ``sqlite_commit.py``; when a commit runs, and whom it wakes, is decided here.
 
-Schema (``PRAGMA user_version`` = 5; older files are upgraded in one transaction when opened;
+Schema (``PRAGMA user_version`` = 6; older files are upgraded in one transaction when opened;
 the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
 
     streams(stream_id PK, dialect, created, updated, status, finish_reason, raw_finish_reason,
@@ -26,6 +26,12 @@ the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
     UNIQUE INDEX frames_by_stream ON frames (stream_id, seq)                  -- version 3
     INDEX streams_created (created, stream_id), streams_by_credential         -- version 5
           (credential_hash, created, stream_id): listings, newest first
+    claims(key PK, claimer, expires)            -- version 6: idempotency keys being created
+
+Several processes on one file (``unbroken proxy --workers N``, or apps of ``unbroken.server``):
+a reader follows a stream another process produces (``SharedFollow``), woken by that process's
+notices after each commit (``sqlite_notices.py``); a cancel is carried to the producer the same
+way. Only processes of one host can: the pid in the stream's lease names the producer.
 
 ``read_only=True`` opens an existing file only to read it (``unbroken streams``): no writer, no
 checkpointer, no upgrade, nothing created.
@@ -34,6 +40,7 @@ checkpointer, no upgrade, nothing created.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import time
@@ -41,10 +48,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ...finish import END_STATES
-from .base import Journal
+from .holder import local_pid
 from .listing import StreamQuery
 from .records import FrameRecord, Lease, StreamMeta, StreamRecord, StreamState, Tombstone
+from .shared_follow import SharedFollow, Watch
 from .sqlite_commit import Checkpointer, GroupCommit, Write
+from .sqlite_notices import CommitNotices, NoticeWatch
 from .sqlite_schema import (
     SCHEMA_VERSION,
     STREAM_COLUMNS,
@@ -66,9 +75,10 @@ COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit pe
 # many slow streams committed every millisecond pay it for 2-3 frames each.
 COMMIT_SHARE: Final = 0.1
 COMMIT_WINDOW_MAX: Final = 0.008
+_CLOSE_BUSY_MS: Final = 1000  # the last checkpoint waits this long for other processes at most
 
 
-class SQLiteJournal(Journal):
+class SQLiteJournal(SharedFollow):
     """Streams and frames in one SQLite file (WAL); survives a restart of the proxy."""
 
     def __init__(self, path: str, *, tail_frames: int = 256,
@@ -87,6 +97,12 @@ class SQLiteJournal(Journal):
         self._window = commit_window  # the current one (see COMMIT_SHARE)
         self._last_flush = float("-inf")
         self._written: dict[str, StreamState] = {}  # the state last written, per live stream
+        self._notices = CommitNotices(path, live=self._tails.__contains__,
+                                      on_cancel=self._cancel_here)
+
+    def _cancel_here(self, stream_id: str) -> None:
+        if self.on_cancel is not None:
+            self.on_cancel(stream_id)
 
     async def open(self) -> None:
         if self.read_only:
@@ -98,11 +114,13 @@ class SQLiteJournal(Journal):
         self._reader = connect(self.path, read_only=True)
         self._checkpointer = Checkpointer(self.path, self._checkpoint_every)
         self._checkpointer.start()
+        await self._notices.serve()
         await super().open()
 
     async def close(self) -> None:
         if self._batch is not None:
             self._flush()
+        await self._notices.close()
         if self._checkpointer is not None:
             await asyncio.to_thread(self._checkpointer.stop)
             self._checkpointer = None
@@ -110,7 +128,11 @@ class SQLiteJournal(Journal):
             self._reader.close()
             self._reader = None
         if self._writer is not None:
-            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # Bounded: another process on the file (``--workers``) may hold it; it checkpoints
+            # on its own, so a busy file is left as it is.
+            self._writer.execute(f"PRAGMA busy_timeout = {_CLOSE_BUSY_MS}")
+            with contextlib.suppress(sqlite3.OperationalError):
+                self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._writer.close()
             self._writer = None
         await super().close()
@@ -167,6 +189,7 @@ class SQLiteJournal(Journal):
             self.observer.committed(time.perf_counter() - started)
         for stream_id, frames, state in batch.appends:
             self._landed(stream_id, frames, state)
+        self._notices.landed(batch.appends)
         if not batch.future.cancelled():
             batch.future.set_result(results)
 
@@ -174,6 +197,63 @@ class SQLiteJournal(Journal):
         if self._reader is None:
             raise RuntimeError("the journal is not open")
         return read(self._reader)
+
+    # -- other processes ----------------------------------------------------------------------
+
+    async def _watch(self, stream_id: str) -> Watch | None:
+        record = await self.get(stream_id, with_text=False)
+        if record is None:
+            return None
+        lease = None if record.state.ended else await self.lease(stream_id)
+        watch = NoticeWatch(self._notices, stream_id,
+                            None if lease is None else local_pid(lease.owner),
+                            ended=record.state.ended)
+        await watch.start()
+        return watch
+
+    def release(self, stream_id: str) -> None:
+        super().release(stream_id)
+        self._notices.gone(stream_id)
+
+    async def claim_idempotent(self, idempotency_hash: str, claimer: str, ttl: float,
+                               replacing: str | None = None) -> bool:
+        """As ``Journal.claim_idempotent``, across the processes on this file: held by
+        ``claimer`` unless another holds it unexpired, or a stream made with the key exists
+        (other than ``replacing``)."""
+        def write(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            made = conn.execute(
+                "SELECT stream_id FROM streams WHERE idempotency_hash = ? "
+                "ORDER BY created DESC LIMIT 1", (idempotency_hash,)).fetchone()
+            if made is not None and made[0] != replacing:
+                return False
+            held = conn.execute("SELECT claimer, expires FROM claims WHERE key = ?",
+                                (idempotency_hash,)).fetchone()
+            if held is not None and held[0] != claimer and held[1] > now:
+                return False
+            conn.execute("INSERT OR REPLACE INTO claims (key, claimer, expires) "
+                         "VALUES (?, ?, ?)", (idempotency_hash, claimer, now + ttl))
+            return True
+
+        held: bool = await self._write(write)
+        return held
+
+    async def release_idempotent(self, idempotency_hash: str, claimer: str) -> None:
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM claims WHERE key = ? AND claimer = ?",
+                         (idempotency_hash, claimer))
+
+        await self._write(write)
+
+    async def request_cancel(self, stream_id: str) -> bool:
+        """Ask the process of this host that produces the stream to cancel it."""
+        lease = await self.lease(stream_id)
+        pid = None if lease is None else local_pid(lease.owner)
+        link = None if pid is None else await self._notices.link(pid)
+        if link is None:
+            return False
+        link.send("x" + stream_id)
+        return True
 
     # -- storage ------------------------------------------------------------------------------
 
@@ -252,6 +332,7 @@ class SQLiteJournal(Journal):
             ).fetchall()
             gone = [(stream_id,) for (stream_id,) in old if stream_id not in keep]
             conn.execute("DELETE FROM tombstones WHERE expired_at < ?", (older_than,))
+            conn.execute("DELETE FROM claims WHERE expires < ?", (now,))
             conn.executemany(
                 "INSERT OR REPLACE INTO tombstones (stream_id, token_hash, credential_hash, "
                 "expired_at) SELECT stream_id, token_hash, credential_hash, ? FROM streams "
