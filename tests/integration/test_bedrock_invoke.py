@@ -251,3 +251,17 @@ def test_the_events_route_serves_the_event_stream_after_a_seq(mock_server: str) 
     assert EventStreamDecoder().receive_data(rest.content) == whole[4:]
     message = unbroken.parse([rest.content], dialect="bedrock-invoke")
     assert message.text == "".join(reply_deltas(SEED, TOKENS)[2:])  # frame 5: delta 3
+
+
+def test_invoke_model_answers_whole_through_the_proxy(mock_server: str) -> None:
+    with running_proxy(mock_server) as (proxy, _):
+        client = client_at(proxy, "seed=3; tokens=4; finish=length")
+        try:
+            response = client.invoke_model(modelId=MODEL, body=json.dumps(REQUEST))
+            whole = json.loads(response["body"].read())
+        finally:
+            client.close()
+    assert "unbroken-stream-id" not in response["ResponseMetadata"]["HTTPHeaders"]
+    assert (whole["type"], whole["stop_reason"], whole["content"][0]["text"]) == (
+        "message", "max_tokens", reply_text(3, 4))
+    assert mock_counts(mock_server)["generations"] == {f"/model/{MODEL}/invoke": 1}
