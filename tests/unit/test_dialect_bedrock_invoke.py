@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from unbroken import parse
+from unbroken import from_bedrock, parse
 from unbroken.dialects import detect_dialect, get_dialect, sniff_dialect, sniff_framing
 from unbroken.errors import PayloadError, ProviderError
 from unbroken.events import StreamEnd, TextDelta, UnknownEvent, Usage
@@ -202,3 +202,29 @@ def test_a_replayed_message_moves_no_state() -> None:
     seen = [dialect.events(f, dialect.load(f), n) for n, f in enumerate(frames, 1)]
     again = dialect.events(frames[2], dialect.load(frames[2]), 3)
     assert again == seen[2] == [TextDelta(seq=3, text="a")]
+
+
+# -- from_bedrock over what botocore yields: {"chunk": {"bytes": <the event's JSON bytes>}} ------
+
+
+def botocore_events(*events: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"chunk": {"bytes": json.dumps(event).encode()}} for event in events]
+
+
+def test_from_bedrock_reads_boto3s_invoke_events() -> None:
+    tracked = from_bedrock(botocore_events(START, BLOCK, *map(delta, TEXT), *stop("max_tokens")))
+    assert len(list(tracked)) == 8
+    got = tracked.message
+    assert (got.status, got.finish_reason, got.text) == (
+        Status.TRUNCATED, FinishReason.LENGTH, "Bonjour, le monde 🌍")
+    assert got.usage is not None and (got.usage.input_tokens, got.usage.output_tokens) == (11, 6)
+
+
+def test_from_bedrock_fails_on_chunk_bytes_that_are_not_json() -> None:
+    events = [*botocore_events(START, BLOCK, delta("kept")), {"chunk": {"bytes": b'{"type": '}}]
+    tracked = from_bedrock({"body": events, "contentType": "application/json"})
+    with pytest.raises(PayloadError, match="from_bedrock: a chunk's bytes are not JSON"):
+        list(tracked)
+    assert tracked.message.status is Status.FAILED
+    assert isinstance(tracked.message.error, PayloadError)
+    assert tracked.message.text == "kept"

@@ -166,6 +166,9 @@ class _Tracker:
             self._commit(body)
             self.message.close()
             return
+        if isinstance(exc, PayloadError):  # a payload the dialect (or the adapter) refused
+            self.message.close(exc)
+            return
         error: StreamError
         if isinstance(exc, ValueError):
             # The SDK could not read the bytes: malformed JSON (JSONDecodeError, google-genai's
