@@ -23,7 +23,7 @@ from tests.integration.test_proxy_support import mock_counts, running_proxy
 import unbroken
 from unbroken.cli.demo import CutOnceTransport
 from unbroken.client import Retry, stream
-from unbroken.errors import Interrupted, PayloadError, ProviderError
+from unbroken.errors import Interrupted, PayloadError, ProviderError, ProxyInterrupted
 from unbroken.finish import FinishReason, Status
 from unbroken.framing import EventStreamDecoder
 from unbroken.mock import reply_deltas, reply_text
@@ -265,3 +265,41 @@ def test_invoke_model_answers_whole_through_the_proxy(mock_server: str) -> None:
     assert (whole["type"], whole["stop_reason"], whole["content"][0]["text"]) == (
         "message", "max_tokens", reply_text(3, 4))
     assert mock_counts(mock_server)["generations"] == {f"/model/{MODEL}/invoke": 1}
+
+
+def test_an_upstream_cut_ends_boto3s_stream_with_the_proxys_exception(mock_server: str) -> None:
+    with running_proxy(mock_server) as (proxy, _):
+        client = client_at(proxy, f"seed={SEED}; tokens={TOKENS}; drop_after=6")
+        try:
+            response = invoke(client)
+            tracked = unbroken.from_bedrock(response)
+            seen = []
+            with pytest.raises(EventStreamError) as caught:
+                for event in tracked:
+                    seen.append(event)
+            response["body"].close()
+        finally:
+            client.close()
+    assert caught.value.response["Error"]["Code"] == "internalServerException"
+    assert len(seen) == 6
+    # botocore keeps an exception's "message" only, not the proxy's mark beside it: boto3's
+    # stream fails with the service's retryable error (as Converse's does)
+    message = tracked.message
+    assert (message.status, message.finish_reason) == (Status.FAILED, FinishReason.ERROR)
+    assert isinstance(message.error, ProviderError)
+    assert (message.error.event.type, message.error.retryable) == (
+        "internalServerException", True)
+    assert message.error.event.message.startswith(
+        "unbroken proxy: the upstream stream broke before it finished")
+    assert message.text == "".join(reply_deltas(SEED, TOKENS)[:4])  # frames 3-6
+
+
+def test_an_upstream_cut_read_by_unbroken_is_the_proxys_interruption(mock_server: str) -> None:
+    with running_proxy(mock_server) as (proxy, _):
+        body = httpx2.post(proxy + PATH, json=REQUEST, timeout=10, headers={
+            **KEY, "Unbroken-Mock": f"seed={SEED}; tokens={TOKENS}; drop_after=6"}).content
+    message = unbroken.parse([body], dialect="auto")
+    assert message.status is Status.INTERRUPTED
+    assert isinstance(message.error, ProxyInterrupted)
+    assert message.error.code == "upstream_interrupted"
+    assert message.text == "".join(reply_deltas(SEED, TOKENS)[:4])
