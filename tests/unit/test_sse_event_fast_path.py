@@ -256,10 +256,6 @@ FALLBACKS = {
         b"event: e\ndata: x\ndata: y\n\n",
         [ev("e", "x\ny", b"event: e\ndata: x\ndata: y\n\n")],
     ),
-    "id line": (
-        b"event: e\nid: 5\ndata: x\n\n",
-        [ev("e", "x", b"event: e\nid: 5\ndata: x\n\n", id="5", block_id="5")],
-    ),
     "comment": (
         b"event: e\n: keep-alive\ndata: x\n\n",
         [ev("e", "x", b"event: e\n: keep-alive\ndata: x\n\n")],
@@ -295,7 +291,19 @@ def test_other_shapes_decode_as_the_general_path_does(name: str, path: str) -> N
         out = tr(lambda: sse_decoder(errors="replace"), body, sse_stream_state)
     assert exact(out.frames) == expected
     assert out.error is None
-    assert out.state == ("5" if name == "id line" else "", None, b"", len(body))
+    assert out.state == ("", None, b"", len(body))
+
+
+def test_named_blocks_with_and_without_an_id_line_are_read_together() -> None:
+    body = b"event: e\ndata: x\n\nevent: e\nid: 5\ndata: y\n\nevent: f\ndata: z\n\n"
+    assert whole(body) == (
+        [
+            ev("e", "x", b"event: e\ndata: x\n\n"),
+            ev("e", "y", b"event: e\nid: 5\ndata: y\n\n", id="5", block_id="5"),
+            ev("f", "z", b"event: f\ndata: z\n\n", id="5"),
+        ],
+        [],
+    )
 
 
 @pytest.mark.parametrize("name", list(FALLBACKS))

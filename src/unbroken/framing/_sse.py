@@ -1,18 +1,17 @@
 """Server-sent events, decoded per WHATWG HTML "Interpreting an event stream".
 
-``SSEDecoder`` is the block cutter: it buffers the block in progress, finds where blocks end and
-hands the complete ones to the optional accelerator (``sse_fast``) or, one by one, to the field
-reader (``sse_fields``). CR and LF never occur inside a UTF-8 sequence, so blocks are cut at byte
-level and each is decoded once. Two line-end bytes in a row other than CR LF (LF LF, LF CR,
-CR CR) mean the second ends an empty line, which ends a block; so does a line end at the start of
-a block. Only a new read (and the pair its first byte makes with the last buffered one) can hold
-a new block end, so each read is searched once and the buffer never: linear for any chunking.
+``SSEDecoder`` cuts blocks: it buffers the block in progress, finds where blocks end and hands
+the complete ones to the optional accelerator (``_sse_fast``), else one by one to the field
+reader (``_sse_fields``). CR and LF never occur inside a UTF-8 sequence, so blocks are cut at
+byte level and each is decoded once. A line end right after another (LF LF, LF CR, CR CR; CR LF
+is one line end) or at the start of a block ends a block. Only a new read, and the pair its first
+byte makes with the buffer's last, can hold a block end: each read is searched once, the buffer
+never.
 
-A CR that ends a read ends its line at once; an LF at the start of the next read is swallowed.
-``raw``/``nbytes`` follow a rule on the bytes alone, so every chunking agrees: a block whose bytes
-end in LF CR (as in CRLF streams) takes the LF after that CR, so a body's blocks add up to it; a
-read that ends at that CR holds the block until the next byte (EOF dispatches it as it is).
-After a block ending in CR CR, or a blank line starting a block, the next block swallows an LF.
+``raw``/``nbytes`` follow the bytes alone, so every chunking agrees and a body's blocks add up to
+it: a block that ends in LF CR (CRLF streams) takes the LF after that CR, so a read that ends at
+that CR holds the block until the next byte (EOF dispatches it as it is); after a block that
+ends in CR CR, or a blank line, the next block swallows an LF.
 """
 
 from __future__ import annotations
@@ -37,8 +36,9 @@ _BLOCK_END = re.compile(rb"\n[\r\n]|\r\r")  # the first pair at or after a posit
 _OPEN, _EOF, _FAILED = "open", "eof", "failed"
 
 # read_shaped's signature: (joined, end, lead, cr, last_id, decode) -> (events, used) | None
-Accelerator = Callable[[bytes, int, int, bool, str, Callable[[bytes], str]], "Shaped"]
-Shaped = tuple[list[ServerSentEvent], int] | None
+Accelerator = Callable[
+    [bytes, int, int, bool, str, Callable[[bytes], str]], tuple[list[ServerSentEvent], int] | None
+]
 
 
 class SSEDecoder:
@@ -50,15 +50,13 @@ class SSEDecoder:
     waiting for the rest of it.
     """
 
-    # The composed parts (a subclass may change them; tests run every route this way): the
+    # The composed parts, which a subclass may change (tests run every route so): the
     # accelerator, or None; and the size above which a block is read in place.
     accelerator: ClassVar[Accelerator | None] = staticmethod(read_shaped)
     copy_limit: ClassVar[int] = COPY_LIMIT
 
-    # fmt: off
-    __slots__ = ("_base", "_buf", "_copy_limit", "_cr", "_decode", "_fast", "_fields", "_head",
-                 "_held", "_max", "_plain", "_state", "_swallow_lf", "_unterminated")
-    # fmt: on
+    __slots__ = ("_base", "_buf", "_cr", "_decode", "_fast", "_fields", "_head", "_held", "_max",
+                 "_plain", "_state", "_swallow_lf", "_unterminated")  # fmt: skip
 
     def __init__(
         self,
@@ -72,7 +70,6 @@ class SSEDecoder:
             raise ValueError("max_event_size must be positive")
         self._fields = FieldReader(errors, last_event_id, self.copy_limit)
         self._fast = type(self).accelerator
-        self._copy_limit = self.copy_limit
         self._decode: Callable[[bytes], str] = (
             bytes.decode if errors == "strict" else methodcaller("decode", "utf-8", "replace")
         )
@@ -114,72 +111,45 @@ class SSEDecoder:
 
     def receive_data(self, data: bytes) -> list[ServerSentEvent]:
         buf = self._buf
-        if not self._plain:  # not open, a BOM may be arriving, or a block is held
+        if not self._plain:  # finished, a BOM may be arriving, or a block is held
             if self._state is not _OPEN:
                 raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
-            if self._held:
-                if not data:
-                    return []
-            else:
+            if not self._held:
                 rest = self._take_head(bytes(data))
                 if rest is None:
                     return []  # the body so far is the start of a BOM
                 self._plain = True
-                if not rest:
-                    return []
                 data = rest
-        # Membership tests take the byte as an int: with a bytes operand CPython first tries it
-        # as an int, fails, and clears the error (5x slower).
+            if not data:
+                return []
+        # (A membership test of an int: with a bytes operand CPython first tries it as an int.)
         elif _LF not in data and _CR not in data:
-            buf += data  # no line ends in this read, so no block can
+            buf += data  # no line end in this read, so no block end
             if len(buf) > self._max:
                 raise self._fail(self._too_large(self._base))
             return []
-        elif len(data) == 1 and buf:
-            pair = (buf[-1], data[0])
-            if pair not in _PAIRS or pair == (_LF, _CR):
-                # One byte that ends no block; or the CR of LF CR, which ends one that waits
-                # for the next byte (is an LF its own?).
-                buf += data
-                if data[0] == _CR:
-                    self._cr = True
-                    if pair == (_LF, _CR):
-                        self._held = True
-                        self._plain = False
-                if len(buf) > self._max:
-                    raise self._fail(self._too_large(self._base))
-                return []
         if data.__class__ is not bytes:
             data = bytes(data)  # the searches below need real bytes
         n = len(buf)
-        cr = self._cr
-        if not cr and _CR in data:
-            cr = self._cr = True
-        # The last block end in the read: the last pair, found by a search of the read alone.
-        if cr:
-            at = data.rfind(b"\n\r") + 1  # 0 if none
-            end = n + at + 1 if at else -1
-            # A later end is a pair of another kind, which needs a line end after this pair's
-            # (CR) LF: a byte search rules that out first (a search for a pair is 50x slower).
-            rest = data[at + 1 + (data[at + 1 : at + 2] == b"\n") :] if at else data
-            if _LF in rest or _CR in rest:
-                later = max(data.rfind(b"\n\n", at), data.rfind(b"\r\r", at))
-                if later >= 0:
-                    end = n + later + 2
+        if not self._cr and _CR in data:
+            self._cr = True
+        # The last block end: the read's last pair (in a CRLF stream, LF CR; another kind can
+        # only follow it), or the pair of the read's first byte and the buffer's last.
+        if self._cr:
+            at = data.rfind(b"\n\r")
+            end = max(at, data.rfind(b"\n\n", at + 1), data.rfind(b"\r\r", at + 1))
         else:
             end = data.rfind(b"\n\n")
-            if end >= 0:
-                end += n + 2
-        if end < 0:
-            if n and (buf[-1], data[0]) in _PAIRS:
-                end = n + 1
-            elif self._held:
-                end = n  # the held block ends the buffer
-            else:  # a line end at the start of a block is a blank line by itself
-                head = bytes(buf[:2]) + data[:2]
-                first = 1 if self._swallow_lf and head[:1] == b"\n" else 0
-                if head[first : first + 1] in (b"\r", b"\n"):
-                    end = first + 1
+        if end >= 0:
+            end += n + 2
+        # (Before a block, the byte before is the line end that ended the last one.)
+        elif (buf[-1] if n else _CR if self._swallow_lf else _LF, data[0]) in _PAIRS:
+            end = n + 1
+            if n and data == b"\r" and buf[-1] == _LF:  # LF CR, and no byte after it yet
+                end = -1
+                self._held, self._plain = True, False
+        elif self._held:
+            end = n  # the held block ends the buffer
         if end < 0:
             buf += data
             if len(buf) > self._max:
@@ -188,29 +158,24 @@ class SSEDecoder:
         joined = b"".join((buf, data)) if n else data
         size = len(joined)
         if end < size and joined[end - 1] == _CR and joined[end] == _LF:
-            end += 1  # the block takes it if it ends in LF CR; else the next block swallows it
+            end += 1  # a block that ends in LF CR takes it; else the next block swallows it
         buf[:] = joined[end:]  # (frees a huge block's buffer before its value is decoded)
-        # joined[:end] is complete blocks: the accelerator's if they are its shapes, else the
-        # field reader's.
-        fast = self._fast
         shaped = None
-        if fast is not None and n <= self._copy_limit and end <= self._max:
+        if self._fast is not None and n <= self.copy_limit and end <= self._max:
             lead = 1 if self._swallow_lf and joined[0] == _LF else 0
-            shaped = fast(joined, end, lead, cr, self._fields.last_event_id, self._decode)
+            fields = self._fields
+            shaped = self._fast(joined, end, lead, self._cr, fields.last_event_id, self._decode)
         if shaped is not None:
             events, used = shaped
-            if events:  # (an ID line sets it; the last event carries it)
+            if events:  # (the last event carries the last event ID)
                 self._fields.last_event_id = events[-1][2]
         else:
             events = []
             used = self._blocks(joined, end, end == size, events)
         if used < end:  # a held block, or an LF for the next block to swallow
             buf[:0] = joined[used:end]
-            self._held = joined[end - 1] == _CR
-            self._plain = not self._held
-        elif not self._plain:
-            self._held = False
-            self._plain = True
+        self._held = used < end and joined[end - 1] == _CR
+        self._plain = not self._held
         if used:
             self._base += used
             self._swallow_lf = joined[used - 1] == _CR
@@ -234,8 +199,8 @@ class SSEDecoder:
         elif self._swallow_lf and tail[:1] == b"\n":
             tail = tail[1:]
         self._unterminated = tail
-        # Complete lines of the discarded block still set the reconnection time, as line-by-line
-        # processing would; nothing is dispatched.
+        # The discarded block's complete lines still set the reconnection time (the spec reads
+        # line by line); nothing is dispatched.
         cut = max(tail.rfind(b"\n"), tail.rfind(b"\r"))
         if cut >= 0:
             self._fields.read(tail, 0, 0, cut + 1, dispatch=False)
@@ -244,12 +209,8 @@ class SSEDecoder:
     def _blocks(
         self, region: bytes, size: int, at_end: bool, events: list[ServerSentEvent]
     ) -> int:
-        """Read the complete blocks of ``region[:size]`` one by one with the field reader.
-
-        Returns where the blocks read end: ``size``, or where a held last block (it ends in LF
-        CR and nothing after it has arrived) or a last LF for the next block to swallow starts.
-        An error carries the events before it, and finishes the decoder.
-        """
+        """Read the blocks of ``region[:size]`` with the field reader; return where the blocks
+        read end: ``size``, or the start of a held last block or of an LF to swallow."""
         swallow_lf = self._swallow_lf
         base = self._base
         start = 0

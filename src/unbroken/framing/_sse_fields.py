@@ -18,11 +18,6 @@ COPY_LIMIT = 1 << 16
 # The largest retry value (ms) taken: browsers read it into a 64-bit unsigned integer and
 # ignore a larger one; so do we (int() of 4,301 digits or more would raise).
 MAX_RETRY = 2**64 - 1
-# What follows the first line of a one-line block: its line end, then the blank line (and the
-# LF after a CR that follows an LF).
-_ONE_LINE_ENDS = frozenset(
-    {b"\n\n", b"\n\r", b"\n\r\n", b"\r\r", b"\r\n\r", b"\r\n\r\n", b"\r\n\n"}
-)
 
 
 class ServerSentEvent(NamedTuple):
@@ -119,7 +114,7 @@ class FieldReader:
         if end - text > self.copy_limit:
             ends = (region.find(b"\n", text, end), region.find(b"\r", text, end))
             eol = min(i for i in ends if i >= 0)
-            if region[eol:end] in _ONE_LINE_ENDS:
+            if end - eol <= 4 and not region[eol:end].strip(b"\r\n"):  # only line ends follow
                 # One huge line: a data value stays in place, a view of the block.
                 colon = region.find(b":", text, eol)
                 if colon < 0:
