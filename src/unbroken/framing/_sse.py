@@ -1,17 +1,16 @@
 """Server-sent events, decoded per WHATWG HTML "Interpreting an event stream".
 
-``SSEDecoder`` cuts blocks: it buffers the block in progress, finds where blocks end and hands
-the complete ones to the optional accelerator (``_sse_fast``), else one by one to the field
-reader (``_sse_fields``). CR and LF never occur inside a UTF-8 sequence, so blocks are cut at
-byte level and each is decoded once. A line end right after another (LF LF, LF CR, CR CR; CR LF
-is one line end) or at the start of a block ends a block. Only a new read, and the pair its first
-byte makes with the buffer's last, can hold a block end: each read is searched once, the buffer
-never.
+``SSEDecoder`` cuts blocks and hands the complete ones to the optional accelerator
+(``_sse_fast``), else one by one to the field reader (``_sse_fields``). A line end right after
+another (LF LF, LF CR, CR CR; CR LF is one line end) ends a block; before a block, the byte before
+is the line end that ended the last one. Only a new read, and the pair its first byte makes, can
+hold a block end: each read is searched once, the buffer never. CR and LF never occur inside a
+UTF-8 sequence, so blocks are cut as bytes and each is decoded once.
 
-``raw``/``nbytes`` follow the bytes alone, so every chunking agrees and a body's blocks add up to
-it: a block that ends in LF CR (CRLF streams) takes the LF after that CR, so a read that ends at
-that CR holds the block until the next byte (EOF dispatches it as it is); after a block that
-ends in CR CR, or a blank line, the next block swallows an LF.
+``raw``/``nbytes`` follow the bytes alone, so every chunking agrees: a block that ends in LF CR
+(CRLF streams) takes the LF after that CR, so a read that ends at that CR holds the block until
+the next byte (or EOF); after a block that ends in CR CR, or a blank line, the next block
+swallows an LF.
 """
 
 from __future__ import annotations
@@ -35,20 +34,16 @@ _PAIRS = frozenset({(_LF, _LF), (_LF, _CR), (_CR, _CR)})
 _BLOCK_END = re.compile(rb"\n[\r\n]|\r\r")  # the first pair at or after a position
 _OPEN, _EOF, _FAILED = "open", "eof", "failed"
 
-# read_shaped's signature: (joined, end, lead, cr, last_id, decode) -> (events, used) | None
-Accelerator = Callable[
-    [bytes, int, int, bool, str, Callable[[bytes], str]], tuple[list[ServerSentEvent], int] | None
-]
+# (joined, end, lead, cr, last_id, decode) -> events, or None: not its shape
+Accelerator = Callable[..., list[ServerSentEvent] | None]
 
 
 class SSEDecoder:
     """Incremental SSE decoder: ``receive_data(chunk)`` and ``receive_eof()`` return events.
 
-    ``errors="strict"`` raises ``DecodingError`` (with the stream byte offset) on invalid UTF-8;
-    ``errors="replace"`` substitutes U+FFFD as a browser does. A block larger than
-    ``max_event_size`` raises ``EventTooLargeError`` once the buffer passes the limit, without
-    waiting for the rest of it.
-    """
+    On invalid UTF-8 ``errors="strict"`` raises ``DecodingError`` (with the stream offset),
+    ``"replace"`` puts U+FFFD as a browser does. A block larger than ``max_event_size`` raises
+    ``EventTooLargeError`` as soon as the buffer passes the limit."""
 
     # The composed parts, which a subclass may change (tests run every route so): the
     # accelerator, or None; and the size above which a block is read in place.
@@ -56,7 +51,7 @@ class SSEDecoder:
     copy_limit: ClassVar[int] = COPY_LIMIT
 
     __slots__ = ("_base", "_buf", "_cr", "_decode", "_fast", "_fields", "_head", "_held", "_max",
-                 "_plain", "_state", "_swallow_lf", "_unterminated")  # fmt: skip
+                 "_state", "_swallow_lf", "_unterminated")  # fmt: skip
 
     def __init__(
         self,
@@ -81,7 +76,6 @@ class SSEDecoder:
         self._held = False  # self._buf is a block that ends in LF CR, waiting for the next byte
         self._cr = False  # a CR was seen: look for every kind of block end, not just LF LF
         self._state = _OPEN
-        self._plain = False  # open, past the BOM, nothing held: a read is just cut
         self._unterminated = b""
 
     @property
@@ -110,90 +104,70 @@ class SSEDecoder:
         return self._base
 
     def receive_data(self, data: bytes) -> list[ServerSentEvent]:
-        buf = self._buf
-        if not self._plain:  # finished, a BOM may be arriving, or a block is held
-            if self._state is not _OPEN:
-                raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
-            if not self._held:
-                rest = self._take_head(bytes(data))
-                if rest is None:
-                    return []  # the body so far is the start of a BOM
-                self._plain = True
-                data = rest
-            if not data:
-                return []
-        # (A membership test of an int: with a bytes operand CPython first tries it as an int.)
-        elif _LF not in data and _CR not in data:
-            buf += data  # no line end in this read, so no block end
-            if len(buf) > self._max:
-                raise self._fail(self._too_large(self._base))
+        if self._state is not _OPEN:
+            raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
+        if self._head is not None:  # a BOM may be arriving
+            data = self._take_head(bytes(data))
+        if not data:
             return []
-        if data.__class__ is not bytes:
-            data = bytes(data)  # the searches below need real bytes
+        buf = self._buf
         n = len(buf)
-        if not self._cr and _CR in data:
-            self._cr = True
-        # The last block end: the read's last pair (in a CRLF stream, LF CR; another kind can
-        # only follow it), or the pair of the read's first byte and the buffer's last.
-        if self._cr:
-            at = data.rfind(b"\n\r")
-            end = max(at, data.rfind(b"\n\n", at + 1), data.rfind(b"\r\r", at + 1))
-        else:
-            end = data.rfind(b"\n\n")
-        if end >= 0:
-            end += n + 2
-        # (Before a block, the byte before is the line end that ended the last one.)
-        elif (buf[-1] if n else _CR if self._swallow_lf else _LF, data[0]) in _PAIRS:
-            end = n + 1
-            if n and data == b"\r" and buf[-1] == _LF:  # LF CR, and no byte after it yet
-                end = -1
-                self._held, self._plain = True, False
-        elif self._held:
-            end = n  # the held block ends the buffer
+        end = -1
+        # (A membership test of an int: with a bytes operand CPython first tries it as an int.)
+        if _LF in data or _CR in data or self._held:  # else no block can end in this read
+            if data.__class__ is not bytes:
+                data = bytes(data)  # the searches below need real bytes
+            if not self._cr and _CR in data:
+                self._cr = True
+            # The last block end: the read's last pair (in a CRLF stream, LF CR; another kind
+            # can only follow it), or the pair of the read's first byte and the byte before.
+            if self._cr:
+                at = data.rfind(b"\n\r")
+                end = max(at, data.rfind(b"\n\n", at + 1), data.rfind(b"\r\r", at + 1))
+            else:
+                end = data.rfind(b"\n\n")
+            if end >= 0:
+                end += n + 2
+            elif (buf[-1] if n else _CR if self._swallow_lf else _LF, data[0]) in _PAIRS:
+                end = n + 1
+            elif self._held:
+                end = n  # the held block ends the buffer
+        events: list[ServerSentEvent] = []
         if end < 0:
             buf += data
-            if len(buf) > self._max:
-                raise self._fail(self._too_large(self._base))
-            return []
-        joined = b"".join((buf, data)) if n else data
-        size = len(joined)
-        if end < size and joined[end - 1] == _CR and joined[end] == _LF:
-            end += 1  # a block that ends in LF CR takes it; else the next block swallows it
-        buf[:] = joined[end:]  # (frees a huge block's buffer before its value is decoded)
-        shaped = None
-        if self._fast is not None and n <= self.copy_limit and end <= self._max:
-            lead = 1 if self._swallow_lf and joined[0] == _LF else 0
-            fields = self._fields
-            shaped = self._fast(joined, end, lead, self._cr, fields.last_event_id, self._decode)
-        if shaped is not None:
-            events, used = shaped
-            if events:  # (the last event carries the last event ID)
-                self._fields.last_event_id = events[-1][2]
         else:
-            events = []
-            used = self._blocks(joined, end, end == size, events)
-        if used < end:  # a held block, or an LF for the next block to swallow
-            buf[:0] = joined[used:end]
-        self._held = used < end and joined[end - 1] == _CR
-        self._plain = not self._held
-        if used:
-            self._base += used
-            self._swallow_lf = joined[used - 1] == _CR
+            joined = b"".join((buf, data)) if n else data
+            size = len(joined)
+            if end < size and joined[end - 1] == _CR and joined[end] == _LF:
+                end += 1  # a block that ends in LF CR takes it; else the next block swallows it
+            buf[:] = joined[end:]  # (frees a huge block's buffer before its value is decoded)
+            shaped = None
+            if self._fast is not None and n <= self.copy_limit and end <= self._max:
+                lead = 1 if self._swallow_lf and joined[0] == _LF else 0
+                fields = self._fields
+                shaped = self._fast(joined, end, lead, self._cr, fields.last_event_id, self._decode)
+            if shaped is None:
+                used = self._blocks(joined, end, end == size, events)
+                if used < end:  # a held block, or an LF for the next block to swallow
+                    buf[:0] = joined[used:end]
+            else:
+                events, used = shaped, end
+                if events:  # (the last event carries the last event ID)
+                    self._fields.last_event_id = events[-1][2]
+            self._held = used < end and joined[end - 1] == _CR
+            if used:
+                self._base += used
+                self._swallow_lf = joined[used - 1] == _CR
         if len(buf) > self._max:
-            raise self._fail(self._too_large(self._base, events))
+            raise self._too_large(self._base, events)
         return events
 
     def receive_eof(self) -> list[ServerSentEvent]:
         if self._state is not _OPEN:
             raise LocalProtocolError(f"receive_eof() after the decoder {self._state}")
         self._state = _EOF
-        self._plain = False
-        if self._head:
-            self._unterminated = self._head  # the body was only part of a BOM
-            self._head = None
-            return []
         events: list[ServerSentEvent] = []
-        tail = bytes(self._buf)
+        tail = (self._head or b"") + self._buf  # (a body that was only part of a BOM: _head)
         if self._held:  # complete: no LF follows it
             tail = tail[self._blocks(tail, len(tail), False, events) :]
         elif self._swallow_lf and tail[:1] == b"\n":
@@ -220,13 +194,12 @@ class SSEDecoder:
                 break  # only the LF after the last block's CR: the next block swallows it
             if region[text] in (_CR, _LF):
                 end = text + 1  # a blank line at the start of a block
-            else:
-                if self._cr:
-                    match = _BLOCK_END.search(region, text)
-                    assert match is not None  # the region ends at a block end
-                    end = match.end()
-                else:  # (a search for one pair is 20x faster than the pattern)
-                    end = region.find(b"\n\n", text) + 2
+            elif self._cr:
+                match = _BLOCK_END.search(region, text)
+                assert match is not None  # the region ends at a block end
+                end = match.end()
+            else:  # (a search for one pair is 20x faster than the pattern)
+                end = region.find(b"\n\n", text) + 2
             if end - start >= 2 and region[end - 2] == _LF and region[end - 1] == _CR:
                 # It ends in LF CR: the LF after that CR, if one follows, is its own.
                 if end < size:
@@ -234,38 +207,29 @@ class SSEDecoder:
                 elif at_end:
                     break  # the next byte decides
             if end - start > self._max:
-                raise self._fail(self._too_large(base + start, events))
+                raise self._too_large(base + start, events)
             try:
                 event = self._fields.read(region, start, text, end)
             except UnicodeDecodeError:
-                error = decoding_error(region, text, end, base)
-                error.events = events
-                raise self._fail(error) from None
+                self._state = _FAILED
+                raise decoding_error(region, text, end, base, events) from None
             if event is not None:
                 events.append(event)
             swallow_lf = region[end - 1] == _CR
             start = end
         return start
 
-    def _take_head(self, data: bytes) -> bytes | None:
-        """Strip one leading BOM, even split across reads (None while one may be arriving)."""
-        assert self._head is not None
-        data = self._head + data
+    def _take_head(self, data: bytes) -> bytes:
+        """Strip one leading BOM, even split across reads (b"" while one may be arriving)."""
+        data = (self._head or b"") + data
         if len(data) < 3 and _BOM.startswith(data):
             self._head = data
-            return None
+            return b""
         self._head = None
-        if data.startswith(_BOM):
-            self._base = 3
-            return data[3:]
-        return data
+        self._base = 3 if data.startswith(_BOM) else 0
+        return data[self._base :]
 
     def _too_large(self, at: int, events: list[ServerSentEvent] | None = None) -> StreamError:
+        self._state = _FAILED  # finished: any further call is the caller's bug
         message = f"event larger than max_event_size={self._max} bytes"
         return EventTooLargeError(message, limit=self._max, offset=at, events=events)
-
-    def _fail(self, err: StreamError) -> StreamError:
-        """The decoder is finished: any further call is the caller's bug."""
-        self._state = _FAILED
-        self._plain = False
-        return err

@@ -1,12 +1,11 @@
 """An optional accelerator for the block shapes of nearly every LLM stream.
 
 A block is a ``data: VALUE`` line (OpenAI chat), led by an ``event: NAME`` line (Anthropic,
-OpenAI Responses), an ``id: ID`` line, or both in either order (what an unbroken proxy sends);
-LF or CRLF line ends. ``read_shaped`` cuts a region of complete blocks apart on their blank lines
-in a few C calls and returns the events and the bytes used, or None when a block has another
-shape, an empty name, an ID with U+0000 or invalid UTF-8. It changes no state, so on None the
-field reader reads the same bytes; it must give exactly what the field reader gives (a property
-test holds it to that).
+OpenAI Responses), an ``id: ID`` line, or both in either order (an unbroken proxy); LF or CRLF
+line ends. ``read_shaped`` splits a region of complete blocks on their blank lines in a few C
+calls and returns their events, or None if a block has another shape, an empty name, an ID with
+U+0000 or invalid UTF-8; then the field reader reads the same bytes (no state was changed). It
+gives exactly what the field reader gives: a property test holds it to that.
 """
 
 from __future__ import annotations
@@ -23,19 +22,12 @@ _DATA, _EVENT, _ID = b"data: ", b"event: ", b"id: "
 
 def read_shaped(
     joined: bytes, end: int, lead: int, cr: bool, last_id: str, decode: Callable[[bytes], str]
-) -> tuple[list[ServerSentEvent], int] | None:
-    """Events of the complete blocks ``joined[:end]`` (the first after ``lead`` swallowed LFs)
-    and where the blocks read end, or None.
-
-    ``cr``: a CR was seen, so lines end in CR LF. If the last block ends at the CR of its blank
-    line and nothing after it has arrived (``end`` is the length of ``joined``), it is left
-    unread: the next byte decides whether it takes an LF.
-    """
+) -> list[ServerSentEvent] | None:
+    """Events of the complete blocks ``joined[:end]`` (the first after ``lead`` swallowed LFs),
+    or None. ``cr``: a CR was seen, so lines end in CR LF."""
     eol, blank = (b"\r\n", b"\r\n\r\n") if cr else (b"\n", b"\n\n")
-    # A last block without the LF after its CR is read as if it had one, then cut back.
-    short = cr and joined[end - 4 : end] != blank
-    if short and joined[end - 3 : end] != b"\r\n\r":
-        return None
+    if not joined.endswith(blank, 0, end):
+        return None  # (rare: a last block held at its CR, or a CR CR block end)
     # Every block starts with the first block's first field: the region is split on the blank
     # line and that field's name, so a piece is the block without it.
     first = next((name for name in (_DATA, _EVENT, _ID) if joined.startswith(name, lead)), None)
@@ -43,7 +35,7 @@ def read_shaped(
         return None
     sep = blank + first
     extra = len(sep)
-    pieces = joined[lead + extra - len(blank) : end + short - len(blank)].split(sep)
+    pieces = joined[lead + extra - len(blank) : end - len(blank)].split(sep)
     events: list[ServerSentEvent] = []
     append = events.append
     start = 0
@@ -68,30 +60,23 @@ def read_shaped(
                     return None  # a line that ends in a lone CR or LF
                 name, ident = (lines[0], None) if first is _EVENT else (None, lines[0])
                 if n == 3:  # the other one of event and id
-                    other = _ID if first is _EVENT else _EVENT
-                    if not lines[1].startswith(other):
-                        return None
-                    if first is _EVENT:
+                    if first is _EVENT and lines[1].startswith(_ID):
                         ident = lines[1][4:]
-                    else:
+                    elif first is _ID and lines[1].startswith(_EVENT):
                         name = lines[1][7:]
+                    else:
+                        return None
                 if name == b"" or (ident is not None and 0 in ident):
-                    return None  # the field reader ignores such an ID; an empty name is its
-                block_id = None if ident is None else decode(ident)
-                if block_id is not None:
-                    last_id = block_id
+                    return None  # "message", an ignored ID: the field reader's cases
+                if ident is not None:
+                    last_id = decode(ident)
                 stop = start + size + len(piece)
                 event = "message" if name is None else decode(name)
                 append(new_event(ServerSentEvent, (
-                    event, decode(lines[-1][6:]), last_id, block_id, None, stop - start,
-                    joined[start:stop],
+                    event, decode(lines[-1][6:]), last_id, None if ident is None else last_id,
+                    None, stop - start, joined[start:stop],
                 )))
                 start, size = stop, extra
     except UnicodeDecodeError:
         return None
-    if short:  # the last block is cut back: left unread if nothing follows it yet, else its LF
-        last = events.pop()
-        if end == len(joined):
-            return events, end + 1 - last[5]
-        append(new_event(ServerSentEvent, (*last[:5], last[5] - 1, last[6][:-1])))
-    return events, end
+    return events
