@@ -297,11 +297,10 @@ def test_other_shapes_decode_as_the_general_path_does(name: str, path: str) -> N
     assert out.state == ("", None, b"", len(body))
 
 
-def test_named_blocks_with_and_without_an_id_line_are_read_together() -> None:
-    body = b"event: e\ndata: x\n\nevent: e\nid: 5\ndata: y\n\nevent: f\ndata: z\n\n"
+def test_named_blocks_led_by_one_with_an_id_line_may_mix_with_blocks_without() -> None:
+    body = b"event: e\nid: 5\ndata: y\n\nevent: f\ndata: z\n\n"
     assert whole(body) == (
         [
-            ev("e", "x", b"event: e\ndata: x\n\n"),
             ev("e", "y", b"event: e\nid: 5\ndata: y\n\n", id="5", block_id="5"),
             ev("f", "z", b"event: f\ndata: z\n\n", id="5"),
         ],

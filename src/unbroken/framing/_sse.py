@@ -51,7 +51,7 @@ class SSEDecoder:
     copy_limit: ClassVar[int] = COPY_LIMIT
 
     __slots__ = ("_base", "_buf", "_cr", "_decode", "_fast", "_fields", "_head", "_held", "_max",
-                 "_state", "_swallow_lf", "_unterminated")  # fmt: skip
+                 "_plain", "_state", "_swallow_lf", "_unterminated")  # fmt: skip
 
     def __init__(
         self,
@@ -76,6 +76,7 @@ class SSEDecoder:
         self._held = False  # self._buf is a block that ends in LF CR, waiting for the next byte
         self._cr = False  # a CR was seen: look for every kind of block end, not just LF LF
         self._state = _OPEN
+        self._plain = False  # open, past the BOM, nothing held: a read without line ends is kept
         self._unterminated = b""
 
     @property
@@ -104,16 +105,21 @@ class SSEDecoder:
         return self._base
 
     def receive_data(self, data: bytes) -> list[ServerSentEvent]:
+        buf = self._buf
+        # (A membership test of an int: with a bytes operand CPython first tries it as an int.)
+        if self._plain and _LF not in data and _CR not in data:
+            buf += data  # the common read of one byte, or inside a long line: no block end
+            if len(buf) > self._max:
+                raise self._too_large(self._base)
+            return []
         if self._state is not _OPEN:
             raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
         if self._head is not None:  # a BOM may be arriving
             data = self._take_head(bytes(data))
         if not data:
             return []
-        buf = self._buf
         n = len(buf)
         end = -1
-        # (A membership test of an int: with a bytes operand CPython first tries it as an int.)
         if _LF in data or _CR in data or self._held:  # else no block can end in this read
             if data.__class__ is not bytes:
                 data = bytes(data)  # the searches below need real bytes
@@ -158,6 +164,7 @@ class SSEDecoder:
             if used:
                 self._base += used
                 self._swallow_lf = joined[used - 1] == _CR
+        self._plain = not self._held  # (past the BOM, open: _too_large ends it)
         if len(buf) > self._max:
             raise self._too_large(self._base, events)
         return events
@@ -166,6 +173,7 @@ class SSEDecoder:
         if self._state is not _OPEN:
             raise LocalProtocolError(f"receive_eof() after the decoder {self._state}")
         self._state = _EOF
+        self._plain = False
         events: list[ServerSentEvent] = []
         tail = (self._head or b"") + self._buf  # (a body that was only part of a BOM: _head)
         if self._held:  # complete: no LF follows it
@@ -211,7 +219,7 @@ class SSEDecoder:
             try:
                 event = self._fields.read(region, start, text, end)
             except UnicodeDecodeError:
-                self._state = _FAILED
+                self._state, self._plain = _FAILED, False
                 raise decoding_error(region, text, end, base, events) from None
             if event is not None:
                 events.append(event)
@@ -231,5 +239,6 @@ class SSEDecoder:
 
     def _too_large(self, at: int, events: list[ServerSentEvent] | None = None) -> StreamError:
         self._state = _FAILED  # finished: any further call is the caller's bug
+        self._plain = False
         message = f"event larger than max_event_size={self._max} bytes"
         return EventTooLargeError(message, limit=self._max, offset=at, events=events)

@@ -30,8 +30,13 @@ def read_shaped(
         return None  # (rare: a last block held at its CR, or a CR CR block end)
     # Every block starts with the first block's first field: the region is split on the blank
     # line and that field's name, so a piece is the block without it.
-    first = next((name for name in (_DATA, _EVENT, _ID) if joined.startswith(name, lead)), None)
-    if first is None:
+    if joined.startswith(_DATA, lead):
+        first = _DATA
+    elif joined.startswith(_EVENT, lead):
+        first = _EVENT
+    elif joined.startswith(_ID, lead):
+        first = _ID
+    else:
         return None
     sep = blank + first
     extra = len(sep)
@@ -50,22 +55,35 @@ def read_shaped(
                     "message", decode(value), last_id, None, None, stop - start, joined[start:stop]
                 )))
                 start, size = stop, extra
-        else:
-            for piece in pieces:
-                lines = piece.split(eol)
-                n = len(lines)
-                if not 1 < n < 4 or not lines[-1].startswith(_DATA):
+        elif first is _EVENT and not joined.startswith(_ID, joined.find(eol, lead) + len(eol)):
+            for piece in pieces:  # event then data (Anthropic, Responses): one partition a block
+                name, found, value = piece.partition(eol + _DATA)
+                if not name or not found or _LF in name or _LF in value:
                     return None
-                if cr and (piece.count(_CR) != n - 1 or piece.count(_LF) != n - 1):
-                    return None  # a line that ends in a lone CR or LF
-                name, ident = (lines[0], None) if first is _EVENT else (None, lines[0])
-                if n == 3:  # the other one of event and id
-                    if first is _EVENT and lines[1].startswith(_ID):
-                        ident = lines[1][4:]
-                    elif first is _ID and lines[1].startswith(_EVENT):
-                        name = lines[1][7:]
-                    else:
-                        return None
+                if cr and (_CR in name or _CR in value):
+                    return None
+                stop = start + size + len(piece)
+                append(new_event(ServerSentEvent, (
+                    decode(name), decode(value), last_id, None, None, stop - start,
+                    joined[start:stop],
+                )))
+                start, size = stop, extra
+        else:  # the data line last, after one or both of event and id
+            other, data_sep = (_ID if first is _EVENT else _EVENT), eol + _DATA
+            for piece in pieces:
+                head, found, value = piece.partition(data_sep)
+                line, two, second = head.partition(eol)
+                if cr:  # no line end but the ones found, none in a value
+                    bad = piece.count(_CR) + piece.count(_LF) != (4 if two else 2)
+                else:
+                    bad = _LF in value or _LF in second
+                if bad or not found or (two and not second.startswith(other)):
+                    return None
+                name: bytes | None
+                if first is _EVENT:
+                    name, ident = line, (second[4:] if two else None)
+                else:
+                    name, ident = (second[7:] if two else None), line
                 if name == b"" or (ident is not None and 0 in ident):
                     return None  # "message", an ignored ID: the field reader's cases
                 if ident is not None:
@@ -73,8 +91,8 @@ def read_shaped(
                 stop = start + size + len(piece)
                 event = "message" if name is None else decode(name)
                 append(new_event(ServerSentEvent, (
-                    event, decode(lines[-1][6:]), last_id, None if ident is None else last_id,
-                    None, stop - start, joined[start:stop],
+                    event, decode(value), last_id, None if ident is None else last_id, None,
+                    stop - start, joined[start:stop],
                 )))
                 start, size = stop, extra
     except UnicodeDecodeError:
