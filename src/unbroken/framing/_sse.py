@@ -106,65 +106,74 @@ class SSEDecoder:
 
     def receive_data(self, data: bytes) -> list[ServerSentEvent]:
         buf = self._buf
+        if not self._plain:  # finished, a BOM may be arriving, or a block is held
+            if self._state is not _OPEN:
+                raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
+            if self._head is not None:
+                data = self._take_head(bytes(data))
+            if not data:
+                return []
         # (A membership test of an int: with a bytes operand CPython first tries it as an int.)
-        if self._plain and _LF not in data and _CR not in data:
+        elif _LF not in data and _CR not in data:
             buf += data  # the common read of one byte, or inside a long line: no block end
             if len(buf) > self._max:
                 raise self._too_large(self._base)
             return []
-        if self._state is not _OPEN:
-            raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
-        if self._head is not None:  # a BOM may be arriving
-            data = self._take_head(bytes(data))
-        if not data:
-            return []
-        n = len(buf)
-        end = -1
-        if _LF in data or _CR in data or self._held:  # else no block can end in this read
-            if data.__class__ is not bytes:
-                data = bytes(data)  # the searches below need real bytes
-            if not self._cr and _CR in data:
+        elif len(data) == 1 and buf and (buf[-1], data[0]) not in _PAIRS:
+            buf += data  # one line-end byte that ends no block (1-byte reads)
+            if data[0] == _CR:
                 self._cr = True
-            # The last block end: the read's last pair (in a CRLF stream, LF CR; another kind
-            # can only follow it), or the pair of the read's first byte and the byte before.
-            if self._cr:
-                at = data.rfind(b"\n\r")
-                end = max(at, data.rfind(b"\n\n", at + 1), data.rfind(b"\r\r", at + 1))
-            else:
-                end = data.rfind(b"\n\n")
-            if end >= 0:
-                end += n + 2
-            elif (buf[-1] if n else _CR if self._swallow_lf else _LF, data[0]) in _PAIRS:
-                end = n + 1
-            elif self._held:
-                end = n  # the held block ends the buffer
-        events: list[ServerSentEvent] = []
-        if end < 0:
-            buf += data
+            if len(buf) > self._max:
+                raise self._too_large(self._base)
+            return []
+        if data.__class__ is not bytes:
+            data = bytes(data)  # the searches below need real bytes
+        if not self._cr and _CR in data:
+            self._cr = True
+        n = len(buf)
+        # The last block end: the read's last pair (in a CRLF stream, LF CR; another kind can
+        # only follow it), or the pair of the read's first byte and the byte before.
+        if self._cr:
+            at = data.rfind(b"\n\r")
+            end = max(at, data.rfind(b"\n\n", at + 1), data.rfind(b"\r\r", at + 1))
         else:
-            joined = b"".join((buf, data)) if n else data
-            size = len(joined)
-            if end < size and joined[end - 1] == _CR and joined[end] == _LF:
-                end += 1  # a block that ends in LF CR takes it; else the next block swallows it
-            buf[:] = joined[end:]  # (frees a huge block's buffer before its value is decoded)
-            shaped = None
-            if self._fast is not None and n <= self.copy_limit and end <= self._max:
-                lead = 1 if self._swallow_lf and joined[0] == _LF else 0
-                fields = self._fields
-                shaped = self._fast(joined, end, lead, self._cr, fields.last_event_id, self._decode)
-            if shaped is None:
-                used = self._blocks(joined, end, end == size, events)
-                if used < end:  # a held block, or an LF for the next block to swallow
-                    buf[:0] = joined[used:end]
-            else:
-                events, used = shaped, end
-                if events:  # (the last event carries the last event ID)
-                    self._fields.last_event_id = events[-1][2]
-            self._held = used < end and joined[end - 1] == _CR
-            if used:
-                self._base += used
-                self._swallow_lf = joined[used - 1] == _CR
-        self._plain = not self._held  # (past the BOM, open: _too_large ends it)
+            end = data.rfind(b"\n\n")
+        if end >= 0:
+            end += n + 2
+        elif (buf[-1] if n else _CR if self._swallow_lf else _LF, data[0]) in _PAIRS:
+            end = n + 1
+        elif self._held:
+            end = n  # the held block ends the buffer
+        else:
+            buf += data
+            if len(buf) > self._max:
+                raise self._too_large(self._base)
+            self._plain = True
+            return []
+        joined = b"".join((buf, data)) if n else data
+        size = len(joined)
+        if end < size and joined[end - 1] == _CR and joined[end] == _LF:
+            end += 1  # a block that ends in LF CR takes it; else the next block swallows it
+        buf[:] = joined[end:]  # (frees a huge block's buffer before its value is decoded)
+        events = None
+        if self._fast is not None and n <= self.copy_limit and end <= self._max:
+            lead = 1 if self._swallow_lf and joined[0] == _LF else 0
+            fields = self._fields
+            events = self._fast(joined, end, lead, self._cr, fields.last_event_id, self._decode)
+        if events is None:
+            events = []
+            used = self._blocks(joined, end, end == size, events)
+            if used < end:  # a held block, or an LF for the next block to swallow
+                buf[:0] = joined[used:end]
+        else:
+            used = end
+            if events:  # (the last event carries the last event ID)
+                self._fields.last_event_id = events[-1][2]
+        self._held = used < end and joined[end - 1] == _CR
+        self._plain = not self._held  # (and open, past the BOM: _too_large ends it)
+        if used:
+            self._base += used
+            self._swallow_lf = joined[used - 1] == _CR
         if len(buf) > self._max:
             raise self._too_large(self._base, events)
         return events

@@ -57,14 +57,14 @@ def read_shaped(
                 start, size = stop, extra
         elif first is _EVENT and not joined.startswith(_ID, joined.find(eol, lead) + len(eol)):
             for piece in pieces:  # event then data (Anthropic, Responses): one partition a block
-                name, found, value = piece.partition(eol + _DATA)
-                if not name or not found or _LF in name or _LF in value:
+                kind, found, value = piece.partition(eol + _DATA)
+                if not kind or not found or _LF in kind or _LF in value:
                     return None
-                if cr and (_CR in name or _CR in value):
+                if cr and (_CR in kind or _CR in value):
                     return None
                 stop = start + size + len(piece)
                 append(new_event(ServerSentEvent, (
-                    decode(name), decode(value), last_id, None, None, stop - start,
+                    decode(kind), decode(value), last_id, None, None, stop - start,
                     joined[start:stop],
                 )))
                 start, size = stop, extra
