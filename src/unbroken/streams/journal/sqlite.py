@@ -2,9 +2,10 @@
 
 Writes are group-committed on the event loop's own thread: every append made while the loop
 handled one round of ready sockets is queued, and one transaction, run at the start of the next
-round (or, under load, when the 1 ms commit window since the last commit has passed), commits
-them all, across streams, then wakes the callers. No thread hand-off sits on
-the hot path: with the GIL, a hop to a writer thread and back costs more than the commit, whose
+round (or, under load, when the commit window since the last commit has passed: 1 ms, widened
+up to 8 ms while commits cost more than a tenth of it), commits them all, across streams, then
+wakes the callers. No thread hand-off sits on the hot path: with the GIL, a hop to a writer
+thread and back costs more than the commit, whose
 ``synchronous=NORMAL`` in WAL mode is a ``write()`` to the log and no ``fsync``. The one slow
 thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop: automatic
 checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
@@ -68,7 +69,12 @@ from .sqlite_schema import (
 __all__ = ["SCHEMA_VERSION", "SQLiteJournal"]
 
 CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the event loop)
-COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window
+COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window ...
+# ... which widens, up to COMMIT_WINDOW_MAX, to keep group commits to about COMMIT_SHARE of the
+# loop's time: a commit costs ~0.13 ms however few rows it holds (~12 µs more per frame), so
+# many slow streams committed every millisecond pay it for 2-3 frames each.
+COMMIT_SHARE: Final = 0.1
+COMMIT_WINDOW_MAX: Final = 0.008
 _CLOSE_BUSY_MS: Final = 1000  # the last checkpoint waits this long for other processes at most
 
 
@@ -88,6 +94,7 @@ class SQLiteJournal(SharedFollow):
         self._checkpointer: Checkpointer | None = None
         self._batch: GroupCommit | None = None  # what the next group commit holds
         self._commit_window = commit_window
+        self._window = commit_window  # the current one (see COMMIT_SHARE)
         self._last_flush = float("-inf")
         self._written: dict[str, StreamState] = {}  # the state last written, per live stream
         self._notices = CommitNotices(path, live=self._tails.__contains__,
@@ -143,7 +150,7 @@ class SQLiteJournal(SharedFollow):
             batch = self._batch = GroupCommit(loop.create_future())
             # Right away after a quiet spell; under load at most one commit per window, so a
             # busy proxy makes few large transactions instead of one per frame.
-            due = self._last_flush + self._commit_window
+            due = self._last_flush + self._window
             if loop.time() >= due:
                 loop.call_soon(self._flush)
             else:
@@ -165,6 +172,7 @@ class SQLiteJournal(SharedFollow):
             return
         self._last_flush = asyncio.get_running_loop().time()
         started = time.perf_counter()
+        cpu = time.thread_time()
         try:
             if self._writer is None:
                 raise RuntimeError("the journal closed")
@@ -173,6 +181,9 @@ class SQLiteJournal(SharedFollow):
             if not batch.future.cancelled():
                 batch.future.set_exception(error)
             return
+        # The commit's own CPU (not its wall time, which a busy machine stretches).
+        self._window = min(COMMIT_WINDOW_MAX, max(
+            self._commit_window, (time.thread_time() - cpu) / COMMIT_SHARE))
         self.commits += 1
         if self.observer is not None:
             self.observer.committed(time.perf_counter() - started)
