@@ -9,7 +9,8 @@ answered with an AWS event stream (``application/vnd.amazon.eventstream``): bina
 
 Exceptions are retryable when the service says to try again (``throttlingException``,
 ``serviceUnavailableException``, ``modelStreamErrorException``, ``modelTimeoutException``) and
-for its own failures (``internalServerException``, HTTP 500): design.md's "server errors".
+for its own failures (``internalServerException``, HTTP 500), as server errors are for every
+provider.
 """
 
 from __future__ import annotations
