@@ -98,10 +98,11 @@ class BedrockConverseDialect(DialectBase):
         provider=Provider(name="bedrock",
                           default_origin="https://bedrock-runtime.us-east-1.amazonaws.com",
                           prefixes=("/model/",)),
-        pattern=re.compile(r"/model/[^/]+/(?P<method>[a-z-]+)"),
+        pattern=re.compile(r"/model/(?P<model>[^/]+)/(?P<method>[a-z-]+)"),
         stream_methods=frozenset({"converse-stream"}),
         asks=AsksStream.ALWAYS,
     )
+    genai_provider = "aws.bedrock"
 
     def __init__(self) -> None:
         super().__init__()
