@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx2
 
+from .. import telemetry
 from ..dialects import dialect_class
 from ..dialects.openai_chat import is_usage_only_chunk
 from ..errors import IdleTimeout, StreamError, TransportError
@@ -117,6 +118,11 @@ class Producer:
         self._metrics = metrics
         self._requested = self._started if requested is None else requested
         self._first_chunk_seen = metrics is None  # nothing to tell without metrics
+        # Telemetry (None when off) observes the stream's operation: as the metrics, only the
+        # producer that made its first request, or a continuation would be a second one.
+        self.observation = None if metrics is None else telemetry.observe(
+            "proxy", dialect=self._spec, url=request.url, body=request.body,
+            started=self._requested)
         # Frames carry the monotonic time of the read that completed them; this turns it into
         # the epoch seconds journaled as their receive time (no clock read per frame).
         self._epoch = time.time() - self._started
@@ -271,6 +277,7 @@ class Producer:
         terminated = bool(self._spec.framing.terminator)
         epoch = self._epoch
         hidden = False
+        observation = self.observation
         for frame in frames:
             if self._request.usage_asked and _usage_only(frame):
                 hidden = True
@@ -279,6 +286,8 @@ class Producer:
                 self._first_chunk_seen = True
                 assert self._metrics is not None
                 self._metrics.first_chunk(self.dialect, frame.t - self._requested)
+            if observation is not None and frame.committed and frame.has_output:
+                observation.output(frame.t)
             if dedupe:
                 if frame.seq <= self._provider_seq:
                     continue  # a frame the upstream sent again: already forwarded
@@ -350,6 +359,9 @@ class Producer:
             await asyncio.sleep(min(_RESUME_BACKOFF_S * 2 ** (attempt - 1), _RESUME_BACKOFF_MAX_S))
         self._receiver = self._receiver.reconnect()
         self.upstream_requests += 1
+        if self.observation is not None:
+            self.observation.event("unbroken.resume", side="upstream",
+                                   after_seq=self.seq, starting_after=self._provider_seq)
         message_id = self._receiver.message.id
         url = (
             f"{self._request.origin}/v1/responses/{message_id}"
@@ -392,6 +404,8 @@ class Producer:
         await self._journal.append(self.stream_id, last, self._state(final=True))
         if self._metrics is not None:
             self._metrics.stream_ended(self.dialect, status, time.monotonic() - self._requested)
+        if self.observation is not None:
+            self.observation.end(message, frames=receiver.frames_seen, stream_id=self.stream_id)
         log_event("stream.end", stream_id=self.stream_id, seq=self.seq, status=status.value,
                   upstream_requests=self.upstream_requests,
                   seconds=round(time.monotonic() - self._started, 3))
