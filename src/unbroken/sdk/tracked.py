@@ -31,6 +31,7 @@ from ..jsonparse import dumps_compact
 from ..message import Message
 from ..receiver import DEFAULT_STALL_SECONDS, OUTPUT_EVENTS
 from ..resumption import proxy_end_error, proxy_mark
+from ..telemetry import Observation
 
 __all__ = [
     "AsyncTrackedStream",
@@ -292,6 +293,11 @@ class AsyncTrackedStream(Generic[T]):
         self.stream: Any = None if self._manager is not None else stream
         self._own: AsyncIterator[T] | None = None
         self._closing = False
+
+    @property
+    def observation(self) -> Observation | None:
+        """This stream's telemetry, ``None`` when off (``unbroken.telemetry``)."""
+        return self._tracker.observation
 
     def __aiter__(self) -> AsyncIterator[T]:
         return self._track()
