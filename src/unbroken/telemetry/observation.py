@@ -161,8 +161,8 @@ def server_of(url: str | None) -> tuple[str | None, int | None]:
     parts = urlsplit(url)
     try:
         port = parts.port
-    except ValueError:
-        port = None
+    except ValueError:  # not a port: none is known
+        return parts.hostname, None
     if port is None and parts.scheme in ("http", "https"):
         port = 443 if parts.scheme == "https" else 80
     return parts.hostname, port
