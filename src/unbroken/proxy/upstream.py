@@ -405,7 +405,7 @@ class Producer:
         if self._metrics is not None:
             self._metrics.stream_ended(self.dialect, status, time.monotonic() - self._requested)
         if self.observation is not None:
-            self.observation.end(message, frames=receiver.frames_seen, stream_id=self.stream_id)
+            self.observation.end(message, frames=self.seq, stream_id=self.stream_id)
         log_event("stream.end", stream_id=self.stream_id, seq=self.seq, status=status.value,
                   upstream_requests=self.upstream_requests,
                   seconds=round(time.monotonic() - self._started, 3))
