@@ -15,8 +15,9 @@ and the moment its response began: a frame yielded before is catch-up). Per vari
   variants redis-server's own CPU is shown apart);
 - p50 / p99 delivery latency (the bare response's are the floor: "added" is the difference);
 - resume: 200 reconnects with ``Last-Event-ID`` to ended streams, time to the first missed frame;
-- memory per live stream: the server's RSS growth with 300 streams live (idle between frames),
-  divided by 300.
+- memory per live stream: the server's RSS growth with ``--live`` streams live (default 1,000,
+  idle between frames), divided by that count. Measured first, on a fresh server process, so
+  memory freed by the load levels cannot be reused and hide the growth.
 
 The machine is shared with other work: read the ratios of one run, not absolute numbers.
 """
@@ -238,7 +239,7 @@ async def resume_times(url: str, variant: str) -> list[float]:
     return times
 
 
-async def memory_per_stream(url: str, variant: str, pid: int, count: int = 300) -> float:
+async def memory_per_stream(url: str, variant: str, pid: int, count: int) -> float:
     """RSS growth per live stream (frames 2 s apart: streams mostly idle)."""
     limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx2.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
@@ -291,6 +292,8 @@ def main() -> None:
     parser.add_argument("--fps", type=float, default=40.0)
     parser.add_argument("--frames", type=int, default=80)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--live", type=int, default=1000,
+                        help="streams held live for the memory figure (a multiple of 50)")
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.port, args.store)
@@ -310,6 +313,8 @@ def main() -> None:
             process, url, pid = start_server(variant, stores[variant])
             try:
                 row: dict[str, Any] = {"levels": {}}
+                row["mem_kib"] = asyncio.run(
+                    memory_per_stream(url, variant, pid, args.live)) / 1024
                 for level in levels:
                     cpu0, rcpu0 = cpu_seconds(pid), cpu_seconds(redis_pid)
                     delivered, elapsed, latencies = asyncio.run(
@@ -329,7 +334,6 @@ def main() -> None:
                     times = asyncio.run(resume_times(url, variant))
                     row["resume_p50_ms"] = statistics.median(times) * 1000
                     row["resume_p99_ms"] = pct(times, 0.99) * 1000
-                row["mem_kib"] = asyncio.run(memory_per_stream(url, variant, pid)) / 1024
                 results[variant] = row
             finally:
                 process.terminate()
