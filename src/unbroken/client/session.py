@@ -206,14 +206,13 @@ class StreamSession:
             self.capture.read(now - self.started, data)
         out: list[Event] = []
         times = self._times
-        observation = self.observation
+        outputs = 0  # committed output frames in this read, for telemetry
         for frame in self.receiver.receive_data(data, now - self.started):
             if frame.is_content:
                 times.last_content = now
             if not frame.committed:
                 continue
-            if observation is not None and frame.has_output:
-                observation.output(now)
+            shown = False
             sse = frame.sse
             if sse.__class__ is ServerSentEvent:
                 self._last_id = sse.id
@@ -222,13 +221,17 @@ class StreamSession:
             for event in frame.events:
                 cls = event.__class__
                 if cls in _VISIBLE:
-                    self._visible = True
+                    self._visible = shown = True
                 elif cls is MessageStart:
                     self._note_response_id(event)  # type: ignore[arg-type]
                 elif cls is ErrorEvent and not self._visible and event.retryable:  # type: ignore[union-attr]
                     # Nothing shown yet: a fresh attempt may still succeed (overloaded, rate limit).
                     raise ProviderError(event)  # type: ignore[arg-type]
                 out.append(event)
+            if shown:
+                outputs += 1
+        if outputs and self.observation is not None:
+            self.observation.output(now, outputs)
         if not self.receiver.finished:
             times.check(now)
         times.read_end = now

@@ -6,7 +6,7 @@ arrived (``output``: for time to first chunk and time per output chunk), somethi
 the stream (``event``: a resume, a retry), and the stream ended (``end``, with its ``Message``).
 Nothing is written while the stream runs: at the end the recorder turns the whole observation
 into one span and its metrics, so a resume can never count a second operation, and the
-per-frame cost is one list append.
+per-frame cost is a method call that keeps two times and a count.
 
 This module reads no ``opentelemetry``; ``otel.py`` is the recorder that does.
 """
@@ -25,13 +25,8 @@ if TYPE_CHECKING:
     from ..dialects.base import DialectBase
     from ..message import Message
 
-__all__ = ["MAX_OUTPUT_TIMES", "Observation", "StreamRecorder", "operation_name",
-           "request_model", "server_of"]
+__all__ = ["Observation", "StreamRecorder", "operation_name", "request_model", "server_of"]
 
-# Output frames whose receive time is kept for ``time_per_output_chunk``: a stream longer than
-# this still records its first chunk, its duration and its usage; its later chunk intervals are
-# counted in ``unbroken.chunk_times_dropped`` instead.
-MAX_OUTPUT_TIMES = 65536
 _log = logging.getLogger("unbroken.telemetry")
 
 
@@ -48,8 +43,9 @@ class StreamRecorder(Protocol):
 class Observation:
     """One stream, from its request (``started``, monotonic seconds) to its end."""
 
-    __slots__ = ("_recorder", "body", "component", "dialect", "dropped", "ended_at", "events",
-                 "frames", "outputs", "parent", "started", "started_ns", "stream_id", "url")
+    __slots__ = ("_recorder", "body", "component", "dialect", "ended_at", "events",
+                 "first_output", "frames", "last_output", "outputs", "parent", "started",
+                 "started_ns", "stream_id", "url")
 
     def __init__(
         self,
@@ -70,20 +66,21 @@ class Observation:
         self.started = now if started is None else started
         self.started_ns = time.time_ns() - int((now - self.started) * 1e9)
         self.parent = recorder.parent()
-        self.outputs: list[float] = []  # monotonic receive times of output frames
-        self.dropped = 0
+        self.outputs = 0  # output frames
+        self.first_output: float | None = None  # monotonic receive time of the first
+        self.last_output = 0.0  # and of the last
         self.events: list[tuple[str, float, dict[str, Any]]] = []
         self.frames = 0
         self.stream_id: str | None = None
         self.ended_at: float | None = None
 
-    def output(self, t: float) -> None:
-        """An output frame (``receiver.OUTPUT_EVENTS``) was received at monotonic ``t``; frames
-        dropped as duplicates after a resume are not output."""
-        if len(self.outputs) < MAX_OUTPUT_TIMES:
-            self.outputs.append(t)
-        else:
-            self.dropped += 1
+    def output(self, t: float, frames: int = 1) -> None:
+        """``frames`` output frames (``receiver.OUTPUT_EVENTS``) were received at monotonic
+        ``t`` (one read may complete several); frames dropped as duplicates are not output."""
+        if self.first_output is None:
+            self.first_output = t
+        self.last_output = t
+        self.outputs += frames
 
     def event(self, name: str, t: float | None = None, **attributes: Any) -> None:
         """A span event (``unbroken.resume``, ``unbroken.retry``) at monotonic ``t``."""
