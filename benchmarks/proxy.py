@@ -27,6 +27,11 @@ to batch) at two rates: half the pass-through's best, and a steady 2,000 frames/
     python benchmarks/proxy.py [--quick] [--loop auto|asyncio|uvloop] [--http auto|h11|httptools]
                                [--journal sqlite|redis]
 
+``--otel`` measures only what OpenTelemetry costs the proxy: two proxies in front of one mock,
+``unbroken.telemetry`` off in one and on in the other (the SDK's tracer with a batch processor
+and a discarding exporter, its meter with an in-memory reader), CPU per frame of each, rounds
+interleaved, and the ratio.
+
 ``--journal redis`` runs the proxies on ``RedisJournal`` against a redis-server this script
 starts on 127.0.0.1 (its CPU is not in the proxy's figures; it runs on the same two cores).
 
@@ -158,6 +163,7 @@ def serve(argv: list[str]) -> None:
     parser.add_argument("--store", default="memory://")
     parser.add_argument("--loop", default="auto")
     parser.add_argument("--http", default="auto")
+    parser.add_argument("--otel", default="0")
     args = parser.parse_args(argv)
     import uvicorn
 
@@ -184,9 +190,51 @@ def serve(argv: list[str]) -> None:
 
         origins = dict.fromkeys(PROVIDERS, args.upstream)
         app = proxy_app(ProxyConfig(origins=origins, store=args.store))
+        if args.otel == "1":
+            instrument_discarding()
         freeze_startup_heap()  # as `unbroken proxy` does
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", loop=args.loop,
                 http=args.http, access_log=False)
+
+
+def instrument_discarding() -> None:
+    """``unbroken.telemetry`` on, through the OpenTelemetry SDK, its spans exported nowhere."""
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    from unbroken import telemetry
+
+    class Discard(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Discard()))
+    telemetry.instrument(tracer_provider=tracer_provider,
+                         meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+
+def otel_report(options: argparse.Namespace, tokens: int) -> None:
+    """CPU per frame of the proxy with telemetry off and on, interleaved rounds."""
+    rounds = 3 if options.quick else 5
+    print(f"\nOpenTelemetry: proxy CPU us/frame, openai-chat from the mock, 8 streams of "
+          f"{tokens} deltas, best of {rounds} interleaved rounds")
+    with tempfile.TemporaryDirectory() as tmp, start("mock", options) as mock, \
+            start("proxy", options, upstream=mock.url,
+                  store=f"sqlite:///{Path(tmp) / 'off'}.db") as off, \
+            start("proxy", options, upstream=mock.url, otel="1",
+                  store=f"sqlite:///{Path(tmp) / 'on'}.db") as on:
+        best = {"off": float("inf"), "on": float("inf")}
+        for _ in range(rounds):
+            for name, server in (("off", off), ("on", on)):
+                _rate, cpu, _streams = best_rate(server, server.url, tokens, (8,))
+                best[name] = min(best[name], cpu)
+        print(f"   otel off {best['off']:.1f}  otel on {best['on']:.1f}  "
+              f"on/off {best['on'] / best['off']:.3f}  (target <= 1.05)")
 
 
 # -- process handling ---------------------------------------------------------------------------
@@ -420,8 +468,13 @@ def main() -> None:
     parser.add_argument("--journal", choices=("sqlite", "redis"), default="sqlite",
                         help="the proxies' journal: a SQLite file (default) or a redis-server "
                              "started on 127.0.0.1")
+    parser.add_argument("--otel", action="store_true",
+                        help="only the proxy's CPU per frame with OpenTelemetry off and on")
     options = parser.parse_args()
     tokens = 300 if options.quick else 2000
+    if options.otel:
+        otel_report(options, tokens)
+        return
     levels = (1, 8) if options.quick else (1, 8, 32)
     print(f"loop={options.loop} http={options.http} journal={options.journal} "
           f"tokens/stream={tokens} cpus={os.cpu_count()}")

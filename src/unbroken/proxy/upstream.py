@@ -278,6 +278,7 @@ class Producer:
         epoch = self._epoch
         hidden = False
         observation = self.observation
+        outputs, first_t, last_t = 0, 0.0, 0.0  # output frames, for telemetry
         for frame in frames:
             if self._request.usage_asked and _usage_only(frame):
                 hidden = True
@@ -286,8 +287,6 @@ class Producer:
                 self._first_chunk_seen = True
                 assert self._metrics is not None
                 self._metrics.first_chunk(self.dialect, frame.t - self._requested)
-            if observation is not None and frame.committed and frame.has_output:
-                observation.output(frame.t)
             if dedupe:
                 if frame.seq <= self._provider_seq:
                     continue  # a frame the upstream sent again: already forwarded
@@ -298,6 +297,11 @@ class Producer:
                 for event in frame.events:
                     if event.__class__ is TextDelta:
                         text += event.text
+                if observation is not None and (text or frame.has_output):
+                    if not outputs:
+                        first_t = frame.t
+                    outputs += 1
+                    last_t = frame.t
             wire = frame.sse
             if sse:
                 event_type: str | None = wire.event  # type: ignore[union-attr]
@@ -311,6 +315,11 @@ class Producer:
                 # is kept whole
                 raw = wire.raw.rstrip(b"\r\n") if terminated else wire.raw
                 records.append(FrameRecord(self.seq, None, raw, text, frame.t + epoch))
+        if outputs:
+            assert observation is not None
+            observation.output(first_t)
+            if outputs > 1:
+                observation.output(last_t, outputs - 1)
         if not records:
             if hidden:  # the usage alone: journaled now, not only with the next frame
                 self._track(self._journal.submit(self.stream_id, [], self._state(final=False)))
