@@ -224,3 +224,21 @@ def test_a_resumed_stream_is_one_span_per_side_with_one_resume_event(
                      (True, "output", 1, usage.output_tokens)]
     assert dialect != "openai-chat" or usage is None
     assert sorted(tokens) == sorted(expected)
+
+
+def test_the_otel_option_turns_telemetry_on_for_the_proxy() -> None:
+    """``unbroken proxy --otel``: the config says so, and the app instruments this process
+    (through the global providers) when it is made."""
+    from unbroken import telemetry
+    from unbroken.proxy import create_app
+    from unbroken.proxy.__main__ import build_parser, config_from_args
+
+    config = config_from_args(build_parser().parse_args(["--otel", "--store", "memory://"]))
+    assert config.otel
+    assert not config_from_args(build_parser().parse_args([])).otel
+    assert not telemetry.instrumented()
+    try:
+        create_app(config)
+        assert telemetry.instrumented()
+    finally:
+        telemetry.uninstrument()

@@ -41,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .. import telemetry
 from ..dialects import DIALECT_NAMES
 from ..finish import Status
 from ..normalized_sse import asks_for_normalized
@@ -408,6 +409,8 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
     """
     proxy = ProxyApp(config or ProxyConfig(), journal)
     config = proxy.config
+    if config.otel:
+        telemetry.instrument()
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/metrics", proxy.metrics_text, methods=["GET"]),
