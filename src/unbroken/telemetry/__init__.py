@@ -34,10 +34,14 @@ from .observation import Observation, StreamRecorder
 if TYPE_CHECKING:
     from ..dialects.base import DialectBase
 
-__all__ = ["CAPTURE_CONTENT_ENV", "Observation", "StreamRecorder", "instrument",
-           "instrumented", "observe", "uninstrument"]
+__all__ = ["CAPTURE_CONTENT_ENV", "DURATION_BUCKETS", "Observation", "StreamRecorder",
+           "instrument", "instrumented", "observe", "uninstrument"]
 
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+# The GenAI conventions' advice for the buckets of operation duration and time to first chunk
+# (seconds); the proxy's Prometheus histograms use them too.
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                    40.96, 81.92)
 
 _recorder: StreamRecorder | None = None
 

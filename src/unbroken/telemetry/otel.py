@@ -32,13 +32,12 @@ from .._version import __version__
 from ..errors import ProviderError
 from ..finish import Status
 from ..message import Message
+from . import DURATION_BUCKETS
 from .observation import Observation, operation_name, request_model, server_of
 
-__all__ = ["DURATION_BUCKETS", "OTelRecorder"]
+__all__ = ["OTelRecorder"]
 
-# The conventions' advice for the histograms' buckets.
-DURATION_BUCKETS: Sequence[float] = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
-                                     10.24, 20.48, 40.96, 81.92)
+# The conventions' advice for the other histograms' buckets.
 _CHUNK_BUCKETS: Sequence[float] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
                                    0.75, 1.0, 2.5)
 _TOKEN_BUCKETS: Sequence[int] = tuple(4**n for n in range(14))  # 1, 4, 16 ... 67108864
