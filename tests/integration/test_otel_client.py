@@ -19,8 +19,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from tests.otel_support import recording
 
 import unbroken
+from unbroken._receiver import OUTPUT_EVENTS
 from unbroken.message import Message
-from unbroken.receiver import OUTPUT_EVENTS
 
 pytestmark = pytest.mark.integration
 

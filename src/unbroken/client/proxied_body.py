@@ -18,10 +18,10 @@ from typing import Any
 
 import httpx2
 
+from .._jsonparse import loads
 from ..dialects import get_dialect
 from ..errors import StreamError
 from ..framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
-from ..jsonparse import loads
 from ..resumption import PROXY_DOMAIN, event_id, event_id_prefix, parse_event_id, proxy_mark
 
 __all__ = ["ProxiedBody", "ResumeMismatch"]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Protocol
 
+from .._jsonparse import dumps_compact, loads
 from ..errors import PayloadError
 from ..events import (
     ErrorEvent,
@@ -23,8 +24,7 @@ from ..events import (
     UnknownEvent,
 )
 from ..finish import UNMAPPED, FinishReason, Status
-from ..framing import SSE, Framing, WireFrame
-from ..jsonparse import dumps_compact, loads
+from ..framing import SSE, Framing
 from .routes import Route
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "PASS",
     "Dialect",
     "DialectBase",
-    "Frame",
     "Handler",
     "PartHandler",
     "SSEDialect",
@@ -42,7 +41,6 @@ __all__ = [
     "marked_error",
 ]
 
-Frame = WireFrame
 Handler = Callable[[Any, int], list[Event]]
 PartHandler = Callable[[Any, Any, int], list[Event]]
 FinishTable = Mapping[str, tuple[Status, FinishReason]]

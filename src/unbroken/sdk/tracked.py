@@ -23,13 +23,13 @@ from types import TracebackType
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 from .. import telemetry
+from .._jsonparse import dumps_compact
+from .._receiver import DEFAULT_STALL_SECONDS, OUTPUT_EVENTS
 from ..dialects import find_dialect
 from ..errors import PayloadError, StreamError, TransportError, UpstreamStatusError
 from ..events import TextDelta
 from ..framing import ServerSentEvent
-from ..jsonparse import dumps_compact
 from ..message import Message
-from ..receiver import DEFAULT_STALL_SECONDS, OUTPUT_EVENTS
 from ..resumption import proxy_end_error, proxy_mark
 from ..telemetry import Observation
 

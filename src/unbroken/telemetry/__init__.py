@@ -17,7 +17,7 @@ conventions, ``gen_ai.*``, with unbroken's own attributes under ``unbroken.``):
 - ``gen_ai.client.operation.duration``, ``gen_ai.client.token.usage``,
   ``gen_ai.client.operation.time_to_first_chunk`` and
   ``gen_ai.client.operation.time_per_output_chunk``. The first chunk is the first frame with
-  output (``receiver.OUTPUT_EVENTS``: text, reasoning or a tool call), never a lifecycle event; a
+  output (``_receiver.OUTPUT_EVENTS``: text, reasoning or a tool call), never a lifecycle event; a
   stream that ended before any output has none.
 
 Prompt and completion text stay out unless asked for: ``instrument(capture_content=True)`` or

@@ -75,7 +75,7 @@ class Observation:
         self.ended_at: float | None = None
 
     def output(self, t: float, frames: int = 1) -> None:
-        """``frames`` output frames (``receiver.OUTPUT_EVENTS``) were received at monotonic
+        """``frames`` output frames (``_receiver.OUTPUT_EVENTS``) were received at monotonic
         ``t`` (one read may complete several); frames dropped as duplicates are not output."""
         if self.first_output is None:
             self.first_output = t
