@@ -19,7 +19,8 @@ from typing import Any
 import httpx2
 
 from .._jsonparse import loads
-from ..dialects import get_dialect
+from ..dialects.gemini import GeminiDialect
+from ..dialects.ollama import OllamaDialect
 from ..errors import StreamError
 from ..framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from ..resumption import PROXY_DOMAIN, event_id, event_id_prefix, parse_event_id, proxy_mark
@@ -27,8 +28,8 @@ from ..resumption import PROXY_DOMAIN, event_id, event_id_prefix, parse_event_id
 __all__ = ["ProxiedBody", "ResumeMismatch"]
 
 # The proxy's mark in a body without ids is read by its dialect (resumption.proxy_mark).
-_GEMINI = get_dialect("gemini")
-_OLLAMA = get_dialect("ollama")
+_GEMINI = GeminiDialect()
+_OLLAMA = OllamaDialect()
 
 
 class ResumeMismatch(httpx2.RemoteProtocolError):

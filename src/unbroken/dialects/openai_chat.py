@@ -78,6 +78,10 @@ class OpenAIChatDialect(SSEDialect):
     route = Route(provider=OPENAI, paths=("/v1/chat/completions",))
     genai_provider = "openai"
 
+    @staticmethod
+    def usage_request(body: bytes) -> bytes | None:
+        return with_usage_requested(body)
+
     def __init__(self) -> None:
         super().__init__()
         self._handlers = self._bind(EVENT_TYPES)

@@ -125,6 +125,9 @@ class OpenAIResponsesDialect(SSEDialect):
     route = Route(provider=OPENAI, paths=("/v1/responses",))
     genai_provider = "openai"
     end_marker = False
+
+    def wrap_error(self, error: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "error", "error": error}
     numbered = True
     resumes_upstream = True
     _state = ("_started", "_saw_tool_call")
