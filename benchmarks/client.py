@@ -35,8 +35,8 @@ import httpx2
 import openai
 from httpx_sse import connect_sse
 
+from unbroken._jsonparse import BACKEND
 from unbroken.client import astream, stream
-from unbroken.jsonparse import BACKEND
 from unbroken.mock import reply_text
 
 PATH = "/v1/chat/completions"

@@ -152,8 +152,8 @@ Run = tuple[str, str | None, float]  # text, finish reason, seconds to the first
 
 
 def unbroken_peer(dialect: str, trace: bool) -> Callable[[list[bytes]], Run]:
+    from unbroken._receiver import StreamReceiver
     from unbroken.events import TextDelta
-    from unbroken.receiver import StreamReceiver
 
     def run(chunks: list[bytes]) -> Run:
         start = time.perf_counter()
@@ -416,7 +416,7 @@ def main() -> None:
         sys.modules["orjson"] = None  # type: ignore[assignment]
         print(json.dumps(table(args.deltas, args.small, args.repeat, unbroken_only=True)))
         return
-    from unbroken.jsonparse import BACKEND
+    from unbroken._jsonparse import BACKEND
 
     rows = table(args.deltas, args.small, args.repeat, unbroken_only=False)
     for row in rows:

@@ -7,6 +7,7 @@ explains itself. Everything imported here is sans-I/O and needs only the standar
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from ._receiver import Frame, StreamReceiver, parse
 from ._version import __version__
 from .errors import (
     ConnectTimeout,
@@ -45,7 +46,6 @@ from .events import (
 from .finish import FinishReason, Status
 from .framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder, Utf8Decoder
 from .message import Message, ToolCall
-from .receiver import Frame, StreamReceiver, parse
 from .trace import Trace
 
 # The I/O layers need httpx2 (extra ``client``), GraphemeBuffer needs regex; they load on first

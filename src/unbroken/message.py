@@ -4,12 +4,12 @@ Buffer, then parse, then commit: a frame's events reach the message only after t
 and parsed whole, and they are applied together or not at all. ``commit(seq, events)`` applies a
 frame only if ``seq > last_seq`` (duplicates are counted, never appended; ``last_seq`` never moves
 back). Which events are allowed, and which state follows, is decided by the table in
-``transitions.py`` and nowhere else; an event it does not allow is a ``SequenceError`` recorded in
+``_transitions.py`` and nowhere else; an event it does not allow is a ``SequenceError`` recorded in
 the trace, and the frame is left out so the message is not corrupted.
 
 Text and tool-call arguments are kept as lists of parts and joined on access, so receiving is
 linear in the body; ``ToolCall.value`` is parsed once, when the finish reason or the close comes
-(``tool_calls.py`` assembles the calls).
+(``_tool_calls.py`` assembles the calls).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 
+from ._tool_calls import ToolCall, ToolCalls, joined
+from ._transitions import MOVES, STATUS_OF_PHASE, TERMINAL, Phase, ProvisionalFinish, Signal
 from .errors import (
     DecodingError,
     LocalProtocolError,
@@ -37,9 +39,7 @@ from .events import (
     Usage,
 )
 from .finish import FinishReason, Status
-from .tool_calls import ToolCall, ToolCalls, joined
 from .trace import COMMITTED, DEFAULT_RAW_BUDGET, DUPLICATE, IGNORED, Trace, TraceWarning
-from .transitions import MOVES, STATUS_OF_PHASE, TERMINAL, Phase, ProvisionalFinish, Signal
 
 __all__ = ["CONTIGUOUS_SOURCES", "Message", "ToolCall"]
 

@@ -29,10 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._jsonparse import dumps_compact
 from .errors import ProviderError, StreamError
 from .events import Event, ReasoningDelta, TextDelta, ToolCallDelta
 from .finish import END_STATES, Status
-from .jsonparse import dumps_compact
 from .message import Message
 from .resumption import event_id_prefix
 

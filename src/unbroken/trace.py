@@ -1,6 +1,6 @@
 """Evidence: what arrived, what it meant, and what was committed, frame by frame.
 
-A ``Trace`` belongs to one ``Message``. For every frame it keeps a ``FrameRecord``: seq, block id,
+A ``Trace`` belongs to one ``Message``. For every frame it keeps a ``TracedFrame``: seq, block id,
 byte length, receive time (passed in; the core reads no clock), the frame's events, whether it
 was committed (or why not) and its raw bytes while the raw budget lasts (then metadata only).
 ``render()`` prints the three columns a person debugging a half sentence reads: raw lines |
@@ -50,7 +50,7 @@ from .events import (
 if TYPE_CHECKING:
     from .message import Message
 
-__all__ = ["DEFAULT_RAW_BUDGET", "FrameRecord", "Trace", "TraceWarning"]
+__all__ = ["DEFAULT_RAW_BUDGET", "Trace", "TraceWarning", "TracedFrame"]
 
 DEFAULT_RAW_BUDGET = 2**20
 
@@ -67,7 +67,7 @@ class TraceWarning:
     seq: int | None = None
 
 
-class FrameRecord(NamedTuple):
+class TracedFrame(NamedTuple):
     """One frame as received. ``outcome``: committed, duplicate, ignored (not applied: an event the
     message does not allow in its state) or error (the frame could not be parsed).
 
@@ -136,9 +136,9 @@ class Trace:
         self._rows.append((seq, block_id, nbytes, t, events, outcome, raw))
 
     @property
-    def frames(self) -> list[FrameRecord]:
+    def frames(self) -> list[TracedFrame]:
         """Every frame recorded so far, oldest first."""
-        return [_new_record(FrameRecord, row) for row in self._rows]
+        return [_new_record(TracedFrame, row) for row in self._rows]
 
     def render(self, *, raw_width: int = 60, delta_width: int = 36, max_rows: int = 8) -> str:
         """Three columns (raw lines | parsed delta | committed position), verdict, warnings.
@@ -200,7 +200,7 @@ def _no_message() -> None:
     return None
 
 
-def _raw_lines(frame: FrameRecord) -> list[str]:
+def _raw_lines(frame: TracedFrame) -> list[str]:
     if frame.raw is None:
         return [f"({frame.nbytes} bytes, raw not kept)"]
     text = frame.raw.decode("utf-8", "replace")

@@ -18,11 +18,11 @@ from typing import Any
 import httpx2
 from tests.servers import serve_in_thread
 
+from unbroken._receiver import StreamReceiver
 from unbroken.framing import NDJSONDecoder, SSEDecoder
 from unbroken.mock import reply_deltas
 from unbroken.proxy import ProxyApp, ProxyConfig, create_app
 from unbroken.proxy.config import PROVIDERS
-from unbroken.receiver import StreamReceiver
 
 DIALECTS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
 KEY = "sk-test-proxy-0001"

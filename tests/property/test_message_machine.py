@@ -1,6 +1,6 @@
 """Hypothesis drives a Message through random frame orders, duplicates, gaps, ends and resumes.
 
-The model here is written from design.md, not from transitions.py: a frame commits only if its
+The model here is written from design.md, not from _transitions.py: a frame commits only if its
 seq is above every committed seq; no content after a finish reason, an end marker or an error
 (in frame order); nothing after the close; the first finish reason decides the end state unless
 a provider error came; without one, a protocol error fails, anything else interrupts, a caller's

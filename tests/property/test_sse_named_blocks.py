@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.chunkings import Outcome, exact, run, sse_decoder, sse_paths, sse_state, sse_stream_state
 
 from unbroken import SSEDecoder
-from unbroken.framing.sse_fast import read_shaped
+from unbroken.framing._sse_fast import read_shaped
 
 SETTINGS = settings(
     max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from unbroken import jsonparse
+from unbroken import _jsonparse as jsonparse
 
 
 def test_orjson_is_used_when_installed() -> None:
@@ -37,7 +37,7 @@ def test_dumps_compact() -> None:
 STANDARD_JSON_RUN = """
 import json, sys
 sys.modules["orjson"] = None
-from unbroken import jsonparse
+from unbroken import _jsonparse as jsonparse
 from unbroken.dialects import get_dialect
 from unbroken.errors import PayloadError
 from unbroken.framing import ServerSentEvent

@@ -34,13 +34,14 @@ IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk", "server", "streams", "web"
 REQUIRED = ["unbroken.errors", "unbroken.events", "unbroken.finish", "unbroken.framing"]
 OPTIONAL = [
     "unbroken.dialects",
-    "unbroken.jsonparse",
+    "unbroken._jsonparse",
     "unbroken.message",
     "unbroken.normalized_sse",
-    "unbroken.receiver",
+    "unbroken._receiver",
+    "unbroken._tool_calls",
     "unbroken.resumption",
     "unbroken.trace",
-    "unbroken.transitions",
+    "unbroken._transitions",
 ]
 PACKAGE = Path(unbroken.__file__).parent
 
@@ -50,13 +51,14 @@ def sans_io_modules() -> list[str]:
     for package in ("unbroken.framing", "unbroken.dialects"):
         if importlib.util.find_spec(package) is not None:
             folder = PACKAGE / package.rpartition(".")[2]
-            present += [f"{package}.{path.stem}" for path in sorted(folder.glob("[!_]*.py"))]
+            paths = sorted(folder.glob("*.py"))
+            present += [f"{package}.{path.stem}" for path in paths if path.stem != "__init__"]
     return REQUIRED + present
 
 
 def test_the_required_core_modules_exist() -> None:
     assert all(importlib.util.find_spec(name) is not None for name in REQUIRED)
-    assert "unbroken.framing.sse" in sans_io_modules()
+    assert "unbroken.framing._sse" in sans_io_modules()
 
 
 SCRIPT = """
@@ -270,6 +272,6 @@ def test_the_layer_rules() -> None:
     assert "server" not in allowed_layers("streams")
     assert allowed_layers("proxy") == {"", "client", "sdk", "mock", "streams", "server", "proxy"}
     assert "sdk" in allowed_layers("server")  # a tracked provider stream as a source
-    assert layer_of("unbroken.resumption") == layer_of("unbroken.framing.sse") == ""
+    assert layer_of("unbroken.resumption") == layer_of("unbroken.framing._sse") == ""
     assert layer_of("unbroken.sdk.openai") == "sdk"
     assert layer_of("unbroken.streams.journal") == "streams"

@@ -13,7 +13,7 @@ from unbroken.mock import create_app
 from unbroken.mock.faults import apply_data_faults, character_cuts, first_cut
 from unbroken.mock.reply import reply_deltas
 from unbroken.mock.scenario import ScenarioError, parse_scenario
-from unbroken.mock.wire import Frame, Plan
+from unbroken.mock.wire import Plan, PlannedFrame
 from unbroken.mock.wire_anthropic import ANTHROPIC
 from unbroken.mock.wire_openai_chat import OPENAI_CHAT
 from unbroken.mock.wire_openai_responses import OPENAI_RESPONSES
@@ -245,4 +245,4 @@ def test_a_client_hanging_up_during_a_stall_ends_the_handler() -> None:
 
 
 def test_frame_values_compare_by_value() -> None:
-    assert Frame(data=b"x", event="e") == Frame(data=b"x", event="e")
+    assert PlannedFrame(data=b"x", event="e") == PlannedFrame(data=b"x", event="e")

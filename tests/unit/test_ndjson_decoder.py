@@ -7,7 +7,7 @@ import json
 import pytest
 from tests.chunkings import tr
 
-import unbroken.framing.ndjson
+import unbroken.framing._ndjson
 from unbroken import (
     DecodingError,
     EventTooLargeError,
@@ -26,8 +26,8 @@ def ndjson_state(decoder: NDJSONDecoder) -> tuple[int, bytes]:
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test with orjson (installed here) and with the standard library's json."""
     if request.param == "json":
-        monkeypatch.setattr(unbroken.framing.ndjson, "loads", json.loads)
-        monkeypatch.setattr(unbroken.framing.ndjson, "_LOADS_BYTES", False)
+        monkeypatch.setattr(unbroken.framing._ndjson, "loads", json.loads)
+        monkeypatch.setattr(unbroken.framing._ndjson, "_LOADS_BYTES", False)
     return str(request.param)
 
 

@@ -10,6 +10,7 @@ from tests.conformance.test_dialect_fixtures import GOLDENS, body_of
 from tests.normalized_reading import fold_normalized
 
 import unbroken
+from unbroken._receiver import StreamReceiver
 from unbroken.events import Finish, Ping, TextDelta, ToolCallDelta
 from unbroken.finish import FinishReason, Status
 from unbroken.normalized_sse import (
@@ -17,7 +18,6 @@ from unbroken.normalized_sse import (
     StreamEnding,
     asks_for_normalized,
 )
-from unbroken.receiver import StreamReceiver
 
 SID = "ub_0123456789abcdef01234567"
 

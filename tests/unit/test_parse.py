@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from tests.unit.test_parse_bodies import DONE, chat, chat_body, chunkings, sse
 
+from unbroken._receiver import parse
 from unbroken.errors import DecodingError, ProviderError
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message, ToolCall
-from unbroken.receiver import parse
 
 Outcome = tuple[Status, FinishReason | None, str | None, str, int]
 

@@ -17,6 +17,7 @@ from tests.unit.test_parse_bodies import (
     sse,
 )
 
+from unbroken._receiver import Frame, StreamReceiver, parse
 from unbroken.errors import (
     DecodingError,
     EventTooLargeError,
@@ -27,7 +28,6 @@ from unbroken.errors import (
 from unbroken.events import Ping, StreamEnd, TextDelta, Usage
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message
-from unbroken.receiver import Frame, StreamReceiver, parse
 
 
 def codes(message: Message) -> list[str]:
@@ -136,6 +136,30 @@ def test_numeric_block_ids_are_the_seq_without_gap_warnings() -> None:
     assert (message.text, message.duplicates, message.gaps) == ("ab", 1, [])
 
 
+@pytest.mark.parametrize(
+    "ident", ["\u00b2", "1" * 4301, str(2**63)], ids=["superscript", "4301", "2**63"]
+)
+def test_a_block_id_that_is_no_seq_does_not_number_the_frames(ident: str) -> None:
+    # "²" is a digit to str.isdigit() but not to int(); 4,301 digits are past int()'s limit; a
+    # seq is at most 2**63 - 1. None of them may raise: the frames are numbered by position.
+    body = sse(chat("a"), id=ident) + sse(chat(finish="stop")) + DONE
+    message = parse([body], dialect="openai-chat")
+    assert (message.status, message.text, message.seq_source) == (
+        Status.COMPLETED,
+        "a",
+        "position",
+    )
+    assert [frame.seq for frame in message.trace.frames] == [1, 2, 3]
+
+
+def test_a_later_block_id_that_is_no_seq_follows_the_one_before() -> None:
+    body = sse(chat("a"), id="10") + sse(chat("b"), id="9" * 4301) + sse(chat(finish="stop"))
+    message = parse([body + DONE], dialect="openai-chat")
+    assert message.seq_source == "block_id"
+    assert [frame.seq for frame in message.trace.frames] == [10, 11, 12, 13]
+    assert (message.status, message.text) == (Status.COMPLETED, "ab")
+
+
 def test_the_providers_sequence_number_dedupes_a_replayed_responses_stream() -> None:
     body = responses_body(["x", "y"])
     frames = body.split(b"\n\n")[:-1]
@@ -207,6 +231,24 @@ def test_an_event_over_max_event_size_fails_after_committing_earlier_frames() ->
     assert (message.status, message.text) == (Status.FAILED, "ok")
     assert isinstance(message.error, EventTooLargeError)
     assert message.error.limit == 300
+
+
+def test_a_bad_byte_in_an_sse_block_held_at_eof_fails_the_message() -> None:
+    # The last block ends in LF CR, so it waits for the next byte (an LF would be its own); EOF
+    # dispatches it. It is complete, so invalid UTF-8 in it is a decoding error, not a cut.
+    good = sse(chat("kept"))
+    bad = b"data: \xff\r\n\r"
+    for chunks in chunkings(good + bad):
+        message = parse(chunks, dialect="openai-chat")
+        assert (message.status, message.text, message.last_seq) == (Status.FAILED, "kept", 1)
+        assert isinstance(message.error, DecodingError)
+        assert message.error.offset == len(good) + 6
+    receiver = StreamReceiver("openai-chat")
+    assert [frame.seq for frame in receiver.receive_data(good + bad)] == [1]
+    assert receiver.receive_eof() == []
+    assert (receiver.finished, receiver.message.status) == (True, Status.FAILED)
+    assert isinstance(receiver.message.error, DecodingError)
+    assert receiver.message.error.offset == len(good) + 6
 
 
 def test_a_malformed_ndjson_line_fails_with_its_line_number() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from unbroken._receiver import StreamReceiver
 from unbroken.errors import ProxyInterrupted
 from unbroken.finish import Status
 from unbroken.framing import SSEDecoder
@@ -15,7 +16,6 @@ from unbroken.proxy.wire import (
     error_frame,
     proxy_error_message,
 )
-from unbroken.receiver import StreamReceiver
 from unbroken.resumption import ProxyMark
 from unbroken.streams.journal import FrameRecord
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from unbroken._receiver import StreamReceiver
 from unbroken.errors import PayloadError
 from unbroken.finish import FinishReason, Status
 from unbroken.framing import SSE
-from unbroken.receiver import StreamReceiver
 
 LINES = [
     '{"model":"m","message":{"role":"assistant","content":"你"},"done":false}',

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from unbroken._receiver import StreamReceiver
 from unbroken.errors import PayloadError
 from unbroken.finish import Status
-from unbroken.receiver import StreamReceiver
 
 CHUNK = json.dumps({"id": "c", "object": "chat.completion.chunk", "choices": [
     {"index": 0, "delta": {"content": "你好"}, "finish_reason": None}]})

@@ -16,17 +16,17 @@ import json
 
 import pytest
 
+from unbroken._receiver import StreamReceiver
 from unbroken.dialects import get_dialect
 from unbroken.errors import PayloadError, ProviderError, ProxyInterrupted
 from unbroken.finish import FinishReason, Status
-from unbroken.mock.wire import Frame, Framing, Plan, encode
+from unbroken.mock.wire import Framing, Plan, PlannedFrame, encode
 from unbroken.mock.wire_anthropic import ANTHROPIC
 from unbroken.mock.wire_bedrock import BEDROCK_CONVERSE
 from unbroken.mock.wire_gemini import GEMINI
 from unbroken.mock.wire_ollama import OLLAMA
 from unbroken.mock.wire_openai_chat import OPENAI_CHAT
 from unbroken.mock.wire_openai_responses import OPENAI_RESPONSES
-from unbroken.receiver import StreamReceiver
 from unbroken.resumption import ProxyMark, proxy_error
 from unbroken.trace import IGNORED
 
@@ -50,13 +50,13 @@ def has_ids(body: str) -> bool:
     return body not in ("gemini-no-ids", "ollama", "bedrock-converse")
 
 
-def provider_frames(body: str) -> tuple[list[Frame], int]:
+def provider_frames(body: str) -> tuple[list[PlannedFrame], int]:
     """The mock's frames of the reply, and how many of them carry the first two deltas (a
     binary framing's as the messages it writes)."""
     frames = MOCKS[dialect_of(body)].stream_frames(
         Plan(model="m", ident="r1", deltas=DELTAS, finish="stop"))
     if body == "bedrock-converse":
-        frames = [Frame(event=None, data=encode(f, Framing.EVENT_STREAM)) for f in frames]
+        frames = [PlannedFrame(event=None, data=encode(f, Framing.EVENT_STREAM)) for f in frames]
     second = next(n for n, f in enumerate(frames, 1) if DELTAS[1].encode() in f.data)
     return frames, second
 
@@ -185,7 +185,7 @@ def test_a_providers_own_error_stays_failed(body: str) -> None:
     frames, head = provider_frames(body)
     own = MOCKS[dialect_of(body)].error_frame(head + 1)
     if body == "bedrock-converse":
-        own = Frame(event=None, data=encode(own, Framing.EVENT_STREAM))
+        own = PlannedFrame(event=None, data=encode(own, Framing.EVENT_STREAM))
     receiver = receiver_for(body)
     feed(receiver, wire(body, [(f.event, f.data) for f in frames[:head]]
                         + [(own.event, own.data)], 1), 1000)

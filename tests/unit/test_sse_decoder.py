@@ -275,6 +275,36 @@ def test_state_is_updated_as_blocks_complete() -> None:
     assert (decoder.last_event_id, decoder.reconnection_time) == ("7", 50)
 
 
+# A retry value is read as browsers read it, into a 64-bit unsigned integer: one above 2**64 - 1
+# (585 million years) is ignored, like any other invalid value; Python's int() of 4,301 digits
+# or more would raise.
+@pytest.mark.parametrize("path", SSE_PATHS)
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        (str(2**64 - 1), 2**64 - 1),
+        ("0" * 4400 + "25", 25),  # leading zeros do not make a number large
+        (str(2**64), None),
+        ("9" * 4301, None),
+    ],
+    ids=["2**64-1", "zeros", "2**64", "4301 digits"],
+)
+def test_a_retry_value_above_64_bits_is_ignored(value: str, kept: int | None, path: str) -> None:
+    block = b"retry: " + value.encode() + b"\ndata: x\n\n"
+    with sse_paths(path):
+        out = tr(sse_decoder, b"retry: 7\n\n" + block, sse_state)
+    assert exact(out.frames) == [tuple(ev("x", block, retry=kept))]
+    assert out.state == ("", 7 if kept is None else kept, b"")
+
+
+def test_a_huge_retry_line_cut_by_eof_is_ignored_too() -> None:
+    # The complete lines of a block cut by EOF still set the reconnection time (line by line in
+    # the spec): the same bound applies there.
+    tail = b"retry: " + b"9" * 4301 + b"\ndata: x"
+    out = tr(sse_decoder, b"retry: 7\n\n" + tail, sse_state)
+    assert (out.frames, out.state) == ((), ("", 7, tail))
+
+
 def test_blocks_of_every_shape_in_one_read_match_the_same_blocks_read_one_by_one() -> None:
     blocks = [
         b"data: plain\n\n",

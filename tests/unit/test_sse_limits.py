@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-import unbroken.framing.sse
-import unbroken.framing.sse_fast
-import unbroken.framing.sse_fields
+import unbroken.framing._sse
+import unbroken.framing._sse_fast
+import unbroken.framing._sse_fields
 from unbroken import EventTooLargeError, LocalProtocolError, ServerSentEvent, SSEDecoder
 
 MiB = 2**20
 _SSE_SOURCES = {
-    unbroken.framing.sse.__file__,
-    unbroken.framing.sse_fast.__file__,
-    unbroken.framing.sse_fields.__file__,
+    unbroken.framing._sse.__file__,
+    unbroken.framing._sse_fast.__file__,
+    unbroken.framing._sse_fields.__file__,
 }
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from unbroken import parse
+from unbroken._tool_calls import ToolCall, ToolCalls
 from unbroken.events import ToolCallDelta
-from unbroken.tool_calls import ToolCall, ToolCalls
 
 BODY = (Path(__file__).parents[1] / "conformance" / "dialects" / "openai-chat"
         / "ollama_parallel_calls_same_index.sse").read_bytes()

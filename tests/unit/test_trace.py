@@ -17,7 +17,7 @@ from unbroken.events import (
 )
 from unbroken.finish import FinishReason, Status
 from unbroken.message import Message
-from unbroken.trace import FrameRecord, Trace, TraceWarning, describe
+from unbroken.trace import Trace, TracedFrame, TraceWarning, describe
 
 
 def test_every_frame_is_recorded_with_its_outcome() -> None:
@@ -34,7 +34,7 @@ def test_every_frame_is_recorded_with_its_outcome() -> None:
         "ignored",
     ]
     frame = message.trace.frames[0]
-    assert frame == FrameRecord(
+    assert frame == TracedFrame(
         seq=1,
         block_id="1",
         nbytes=20,

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .._receiver import DEFAULT_STALL_SECONDS
 from ..client.capture import (
     LIVE,
     Capture,
@@ -30,9 +31,8 @@ from ..client.capture import (
 )
 from ..errors import PayloadError, StreamError
 from ..message import Message
-from ..receiver import DEFAULT_STALL_SECONDS
 from ..resumption import STREAM_TOKEN_HEADER
-from ..trace import FrameRecord
+from ..trace import TracedFrame
 from .capture import parse_headers
 from .errors import EXIT_INPUT, EXIT_NETWORK, EXIT_OK, CLIError
 from .output import console
@@ -120,11 +120,11 @@ def replayed(capture: Capture, dialect: str | None,
         raise CLIError(f"cannot replay capture: {err}", EXIT_INPUT) from err
 
 
-def _position(frame: FrameRecord) -> str:
+def _position(frame: TracedFrame) -> str:
     return f"seq {frame.seq}\n{frame.nbytes} B\nt={frame.t:.3f}s\n{frame.outcome}"
 
 
-def _raw(frame: FrameRecord) -> str:
+def _raw(frame: TracedFrame) -> str:
     if frame.raw is None:
         return "(raw bytes over the trace budget)"
     return frame.raw.decode("utf-8", "replace").rstrip("\r\n")

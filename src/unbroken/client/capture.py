@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from .._receiver import DEFAULT_STALL_SECONDS, StreamReceiver
 from ..errors import PayloadError, StreamError
 from ..message import Message
-from ..receiver import DEFAULT_STALL_SECONDS, StreamReceiver
 from ..resumption import STREAM_TOKEN_HEADER
 
 __all__ = [

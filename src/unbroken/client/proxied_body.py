@@ -22,10 +22,10 @@ from typing import Any
 
 import httpx2
 
+from .._jsonparse import loads
 from ..dialects import get_dialect
 from ..errors import StreamError
 from ..framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
-from ..jsonparse import loads
 from ..resumption import PROXY_DOMAIN, event_id, event_id_prefix, parse_event_id, proxy_mark
 from .numbered_blocks import BLOCK_END, NumberedBlocks
 

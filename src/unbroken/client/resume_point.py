@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..jsonparse import loads
-from ..receiver import StreamReceiver
+from .._jsonparse import loads
+from .._receiver import StreamReceiver
 from ..resumption import event_id
 
 __all__ = ["background_url", "by_position_through_proxy", "is_background", "last_event_id"]

@@ -14,6 +14,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .._receiver import StreamReceiver
 from ..dialects import get_dialect
 from ..errors import (
     ContentTypeError,
@@ -28,7 +29,6 @@ from ..events import ErrorEvent, Event, MessageStart, ReasoningDelta, TextDelta,
 from ..finish import Status
 from ..framing import FRAMINGS, SSE, Framing, ServerSentEvent
 from ..message import Message
-from ..receiver import StreamReceiver
 from ..resumption import (
     LAST_EVENT_ID,
     STREAM_ID_HEADER,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ..jsonparse import loads
+from .._jsonparse import loads
 from .anthropic import EVENT_TYPES as _ANTHROPIC_TYPES
 from .anthropic import AnthropicDialect
 from .base import DONE, Dialect, DialectBase

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final, Protocol
 
+from .._jsonparse import dumps_compact, loads
 from ..errors import PayloadError
 from ..events import (
     ErrorEvent,
@@ -22,8 +23,7 @@ from ..events import (
     UnknownEvent,
 )
 from ..finish import UNMAPPED, FinishReason, Status
-from ..framing import SSE, Framing, WireFrame
-from ..jsonparse import dumps_compact, loads
+from ..framing import SSE, Framing
 from .routes import Route
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "PASS",
     "Dialect",
     "DialectBase",
-    "Frame",
     "Handler",
     "PartHandler",
     "SSEDialect",
@@ -41,7 +40,6 @@ __all__ = [
     "marked_error",
 ]
 
-Frame = WireFrame
 Handler = Callable[[Any, int], list[Event]]
 PartHandler = Callable[[Any, Any, int], list[Event]]
 FinishTable = Mapping[str, tuple[Status, FinishReason]]

@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from .._jsonparse import dumps_compact, loads
 from ..errors import PayloadError
 from ..events import (
     Event,
@@ -33,7 +34,6 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from ..framing import EVENT_STREAM, encode_message
-from ..jsonparse import dumps_compact, loads
 from .base import PASS, DialectBase, count, error_event, finish, marked_error
 from .routes import AsksStream, Provider, Route
 

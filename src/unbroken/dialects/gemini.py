@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from .._jsonparse import dumps_compact
 from ..events import (
     Event,
     Finish,
@@ -27,7 +28,6 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
-from ..jsonparse import dumps_compact
 from .base import DONE, PASS, SSEDialect, count, error_event, finish
 from .routes import AsksStream, Provider, Route
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from .._jsonparse import dumps_compact, loads
 from ..errors import PayloadError
 from ..events import (
     Event,
@@ -26,7 +27,6 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from ..framing import NDJSON, ServerSentEvent
-from ..jsonparse import dumps_compact, loads
 from .base import NOTHING, PASS, DialectBase, count, error_event, finish
 from .routes import AsksStream, Provider, Route
 

@@ -16,7 +16,7 @@ from .faults import Delivery, FrameStreamResponse, apply_data_faults, quiet_inte
 from .reply import reply_deltas
 from .scenario import Scenario, ScenarioError, parse_scenario
 from .state import MockState, StoredResponse
-from .wire import Dialect, Frame, Framing, Plan, encode
+from .wire import Dialect, Framing, Plan, PlannedFrame, encode
 from .wire_anthropic import ANTHROPIC
 from .wire_bedrock import BEDROCK_CONVERSE
 from .wire_gemini import GEMINI, json_array_body
@@ -45,14 +45,16 @@ def _error(dialect: Dialect, status: int, message: str,
     return _json(dialect, status, dialect.error_body(status, message), headers)
 
 
-def _wire_frames(frames: tuple[Frame, ...], dialect: Dialect, sse_ids: bool) -> tuple[bytes, ...]:
+def _wire_frames(
+    frames: tuple[PlannedFrame, ...], dialect: Dialect, sse_ids: bool
+) -> tuple[bytes, ...]:
     return tuple(
         encode(frame, dialect.framing, number if sse_ids else None)
         for number, frame in enumerate(frames, start=1)
     )
 
 
-def _delivery(frames: tuple[Frame, ...], dialect: Dialect, scenario: Scenario, *,
+def _delivery(frames: tuple[PlannedFrame, ...], dialect: Dialect, scenario: Scenario, *,
               start_after: int, first_connection: bool) -> Delivery:
     # A resume is never dropped or stalled again, so that it can finish.
     return Delivery(

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .scenario import Scenario, ScenarioError
-from .wire import Dialect, Frame
+from .wire import Dialect, PlannedFrame
 
 __all__ = [
     "Delivery",
@@ -55,7 +55,9 @@ def _check_frame(key: str, number: int | None, total: int) -> None:
         raise ScenarioError(key, f"frame {number} is past the last frame ({total})")
 
 
-def apply_data_faults(frames: list[Frame], dialect: Dialect, scenario: Scenario) -> list[Frame]:
+def apply_data_faults(
+    frames: list[PlannedFrame], dialect: Dialect, scenario: Scenario
+) -> list[PlannedFrame]:
     """Apply error_at, malformed_json_at, invalid_utf8_at and duplicate (in that order).
 
     All four count frames of the undamaged layout. ``error_at=N`` replaces frame N with the

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .scenario import Scenario
-from .wire import Frame, Plan
+from .wire import Plan, PlannedFrame
 
 __all__ = ["MockState", "StoredResponse"]
 
@@ -20,7 +20,7 @@ class StoredResponse:
 
     plan: Plan
     scenario: Scenario
-    frames: tuple[Frame, ...]
+    frames: tuple[PlannedFrame, ...]
 
 
 @dataclass(slots=True)

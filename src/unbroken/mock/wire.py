@@ -1,6 +1,6 @@
 """What every provider format module shares: the plan of a reply, frames, and their encoding.
 
-A provider module turns a ``Plan`` into a list of ``Frame`` values (one SSE event, one NDJSON
+A provider module turns a ``Plan`` into a list of ``PlannedFrame`` values (one SSE event, one NDJSON
 line or one AWS event-stream message each) and into the whole non-streaming body. ``encode``
 writes a frame as wire bytes. The mock writes these bytes itself; it never uses the library's
 own parsers or dialects.
@@ -18,9 +18,9 @@ from typing import Any
 __all__ = [
     "CREATED",
     "Dialect",
-    "Frame",
     "Framing",
     "Plan",
+    "PlannedFrame",
     "compact_json",
     "encode",
     "go_json",
@@ -48,7 +48,7 @@ class Plan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Frame:
+class PlannedFrame:
     """One SSE event (``event`` may be None), one NDJSON line or one event-stream message
     (``event`` is its event type, or its exception type when ``exception``); ``data`` is the
     payload."""
@@ -66,7 +66,7 @@ class Framing(Enum):
     EVENT_STREAM = "eventstream"
 
 
-def encode(frame: Frame, framing: Framing, frame_id: int | None = None) -> bytes:
+def encode(frame: PlannedFrame, framing: Framing, frame_id: int | None = None) -> bytes:
     """The frame's bytes on the wire, with an ``id:`` line first when ``frame_id`` is given."""
     if framing is Framing.NDJSON:
         return frame.data + b"\n"
@@ -82,7 +82,7 @@ def encode(frame: Frame, framing: Framing, frame_id: int | None = None) -> bytes
     return eol.join(lines) + eol + eol
 
 
-def event_stream_message(frame: Frame) -> bytes:
+def event_stream_message(frame: PlannedFrame) -> bytes:
     """An AWS event-stream message: prelude (total and headers length, their CRC32), string
     headers as AWS services send them, the payload, and the CRC32 of all that."""
     kind = ("exception", ":exception-type") if frame.exception else ("event", ":event-type")
@@ -135,8 +135,8 @@ class Dialect:
     keepalive: bytes
     dumps: Callable[[Any], bytes]
     finishes: frozenset[str]
-    stream_frames: Callable[[Plan], list[Frame]]
+    stream_frames: Callable[[Plan], list[PlannedFrame]]
     whole_body: Callable[[Plan], tuple[int, dict[str, Any]]]
-    error_frame: Callable[[int], Frame]
+    error_frame: Callable[[int], PlannedFrame]
     error_body: Callable[[int, str], dict[str, Any]]
     numbered: bool = False  # frames carry the provider's sequence numbers

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
-from .wire import Dialect, Frame, Framing, Plan, compact_json
+from .wire import Dialect, Framing, Plan, PlannedFrame, compact_json
 
 __all__ = ["ANTHROPIC"]
 
@@ -19,8 +19,8 @@ STOP_REASONS = {
 OVERLOADED = {"type": "overloaded_error", "message": "Overloaded"}
 
 
-def _event(kind: str, **fields: Any) -> Frame:
-    return Frame(event=kind, data=compact_json({"type": kind, **fields}))
+def _event(kind: str, **fields: Any) -> PlannedFrame:
+    return PlannedFrame(event=kind, data=compact_json({"type": kind, **fields}))
 
 
 def _tool_id(plan: Plan) -> str:
@@ -47,12 +47,12 @@ def _message(plan: Plan, content: list[dict[str, Any]], stop_reason: str | None,
     }
 
 
-def stream_frames(plan: Plan) -> list[Frame]:
+def stream_frames(plan: Plan) -> list[PlannedFrame]:
     frames = [
         _event("message_start", message=_message(plan, [], None, 1)),
         _event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
         # The real API sends one ping right after the first block starts.
-        Frame(event="ping", data=b'{"type": "ping"}'),
+        PlannedFrame(event="ping", data=b'{"type": "ping"}'),
     ]
     frames += [
         _event("content_block_delta", index=0, delta={"type": "text_delta", "text": delta})
@@ -94,7 +94,7 @@ def whole_body(plan: Plan) -> tuple[int, dict[str, Any]]:
     return 200, _message(plan, content, STOP_REASONS[plan.finish], len(plan.deltas))
 
 
-def error_frame(position: int) -> Frame:
+def error_frame(position: int) -> PlannedFrame:
     return _event("error", error=OVERLOADED)
 
 

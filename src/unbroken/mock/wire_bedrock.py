@@ -13,7 +13,7 @@ import string
 from typing import Any
 
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
-from .wire import Dialect, Frame, Framing, Plan, compact_json
+from .wire import Dialect, Framing, Plan, PlannedFrame, compact_json
 
 __all__ = ["BEDROCK_CONVERSE"]
 
@@ -26,9 +26,9 @@ STOP_REASONS = {
 _PADDING = string.ascii_letters + string.digits
 
 
-def _event(kind: str, **members: Any) -> Frame:
+def _event(kind: str, **members: Any) -> PlannedFrame:
     padding = _PADDING[: 1 + len(compact_json(members)) % len(_PADDING)]
-    return Frame(event=kind, data=compact_json({**members, "p": padding}))
+    return PlannedFrame(event=kind, data=compact_json({**members, "p": padding}))
 
 
 def _tool_id(plan: Plan) -> str:
@@ -40,7 +40,7 @@ def _usage(plan: Plan) -> dict[str, int]:
             "totalTokens": PROMPT_TOKENS + len(plan.deltas)}
 
 
-def stream_frames(plan: Plan) -> list[Frame]:
+def stream_frames(plan: Plan) -> list[PlannedFrame]:
     frames = [_event("messageStart", role="assistant")]
     frames += [_event("contentBlockDelta", contentBlockIndex=0, delta={"text": delta})
                for delta in plan.deltas]
@@ -75,9 +75,9 @@ def whole_body(plan: Plan) -> tuple[int, dict[str, Any]]:
     }
 
 
-def error_frame(position: int) -> Frame:
+def error_frame(position: int) -> PlannedFrame:
     # What Bedrock sends when the model fails mid-stream: retryable.
-    return Frame(event="modelStreamErrorException", exception=True,
+    return PlannedFrame(event="modelStreamErrorException", exception=True,
                  data=compact_json({"message": "mock model stream error",
                                     "originalStatusCode": 500}))
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_NAME
-from .wire import Dialect, Frame, Framing, Plan, spaced_json
+from .wire import Dialect, Framing, Plan, PlannedFrame, spaced_json
 
 __all__ = ["GEMINI", "json_array_body"]
 
@@ -74,8 +74,8 @@ def _chunks(plan: Plan) -> list[dict[str, Any]]:
     return chunks
 
 
-def stream_frames(plan: Plan) -> list[Frame]:
-    return [Frame(data=spaced_json(chunk)) for chunk in _chunks(plan)]
+def stream_frames(plan: Plan) -> list[PlannedFrame]:
+    return [PlannedFrame(data=spaced_json(chunk)) for chunk in _chunks(plan)]
 
 
 def json_array_body(plan: Plan) -> bytes:
@@ -87,8 +87,8 @@ def whole_body(plan: Plan) -> tuple[int, dict[str, Any]]:
     return 200, _chunk(plan, _final_candidate(plan, [{"text": plan.text}]), len(plan.deltas))
 
 
-def error_frame(position: int) -> Frame:
-    return Frame(data=spaced_json(error_body(500, INTERNAL_MESSAGE)))
+def error_frame(position: int) -> PlannedFrame:
+    return PlannedFrame(data=spaced_json(error_body(500, INTERNAL_MESSAGE)))
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_NAME
-from .wire import Dialect, Frame, Framing, Plan, go_json
+from .wire import Dialect, Framing, Plan, PlannedFrame, go_json
 
 __all__ = ["GENERATE_CONTEXT", "OLLAMA", "OLLAMA_GENERATE"]
 
@@ -67,16 +67,16 @@ def _generate_line(plan: Plan, number: int, text: str, done: dict[str, Any]) -> 
             "context": list(GENERATE_CONTEXT), **_metrics(plan)}
 
 
-def _stream_frames(plan: Plan, write: LineWriter) -> list[Frame]:
+def _stream_frames(plan: Plan, write: LineWriter) -> list[PlannedFrame]:
     lines = [write(plan, number, delta, {}) for number, delta in enumerate(plan.deltas, start=1)]
     if plan.finish == "tool_calls":  # chat only: the generate dialect refuses this finish
         lines.append(_chat_line(plan, len(lines) + 1, "", {}, _tool_calls()))
-    frames = [Frame(data=go_json(line)) for line in lines]
+    frames = [PlannedFrame(data=go_json(line)) for line in lines]
     if plan.finish == "error":
         frames.append(error_frame(len(frames) + 1))
     else:
         done = {"done_reason": DONE_REASONS[plan.finish]}
-        frames.append(Frame(data=go_json(write(plan, len(frames) + 1, "", done))))
+        frames.append(PlannedFrame(data=go_json(write(plan, len(frames) + 1, "", done))))
     return frames
 
 
@@ -89,7 +89,7 @@ def _whole_body(plan: Plan, write: LineWriter) -> tuple[int, dict[str, Any]]:
     return 200, write(plan, 1, plan.text, done)
 
 
-def chat_stream_frames(plan: Plan) -> list[Frame]:
+def chat_stream_frames(plan: Plan) -> list[PlannedFrame]:
     return _stream_frames(plan, _chat_line)
 
 
@@ -97,7 +97,7 @@ def chat_whole_body(plan: Plan) -> tuple[int, dict[str, Any]]:
     return _whole_body(plan, _chat_line)
 
 
-def generate_stream_frames(plan: Plan) -> list[Frame]:
+def generate_stream_frames(plan: Plan) -> list[PlannedFrame]:
     return _stream_frames(plan, _generate_line)
 
 
@@ -105,8 +105,8 @@ def generate_whole_body(plan: Plan) -> tuple[int, dict[str, Any]]:
     return _whole_body(plan, _generate_line)
 
 
-def error_frame(position: int) -> Frame:
-    return Frame(data=go_json({"error": RUNNER_ERROR}))
+def error_frame(position: int) -> PlannedFrame:
+    return PlannedFrame(data=go_json({"error": RUNNER_ERROR}))
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:

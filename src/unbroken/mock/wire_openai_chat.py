@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
-from .wire import CREATED, Dialect, Frame, Framing, Plan, compact_json
+from .wire import CREATED, Dialect, Framing, Plan, PlannedFrame, compact_json
 
 __all__ = ["OPENAI_CHAT"]
 
@@ -23,7 +23,7 @@ SERVER_ERROR = {
 }
 
 
-def _chunk(plan: Plan, choices: list[dict[str, Any]], **extra: Any) -> Frame:
+def _chunk(plan: Plan, choices: list[dict[str, Any]], **extra: Any) -> PlannedFrame:
     body = {
         "id": f"chatcmpl-{plan.ident}",
         "object": "chat.completion.chunk",
@@ -34,7 +34,7 @@ def _chunk(plan: Plan, choices: list[dict[str, Any]], **extra: Any) -> Frame:
         "choices": choices,
         **extra,
     }
-    return Frame(data=compact_json(body))
+    return PlannedFrame(data=compact_json(body))
 
 
 def _choice(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def _tool_call_id(plan: Plan) -> str:
     return f"call_{plan.ident}"
 
 
-def stream_frames(plan: Plan) -> list[Frame]:
+def stream_frames(plan: Plan) -> list[PlannedFrame]:
     frames = [_chunk(plan, [_choice({"role": "assistant", "content": "", "refusal": None})])]
     frames += [_chunk(plan, [_choice({"content": delta})]) for delta in plan.deltas]
     if plan.finish == "tool_calls":
@@ -81,7 +81,7 @@ def stream_frames(plan: Plan) -> list[Frame]:
     frames.append(_chunk(plan, [_choice({}, FINISH_REASONS[plan.finish])]))
     if plan.include_usage:
         frames.append(_chunk(plan, [], usage=_usage(plan)))
-    frames.append(Frame(data=b"[DONE]"))
+    frames.append(PlannedFrame(data=b"[DONE]"))
     return frames
 
 
@@ -121,8 +121,8 @@ def whole_body(plan: Plan) -> tuple[int, dict[str, Any]]:
     }
 
 
-def error_frame(position: int) -> Frame:
-    return Frame(data=compact_json({"error": SERVER_ERROR}))
+def error_frame(position: int) -> PlannedFrame:
+    return PlannedFrame(data=compact_json({"error": SERVER_ERROR}))
 
 
 ERROR_TYPES = {

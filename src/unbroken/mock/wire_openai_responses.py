@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
-from .wire import CREATED, Dialect, Frame, Framing, Plan, compact_json
+from .wire import CREATED, Dialect, Framing, Plan, PlannedFrame, compact_json
 
 __all__ = ["OPENAI_RESPONSES", "response_object"]
 
@@ -20,9 +20,9 @@ TERMINALS = {
 }
 
 
-def _event(kind: str, sequence_number: int, **fields: Any) -> Frame:
+def _event(kind: str, sequence_number: int, **fields: Any) -> PlannedFrame:
     body = {"type": kind, "sequence_number": sequence_number, **fields}
-    return Frame(event=kind, data=compact_json(body), sequence_number=sequence_number)
+    return PlannedFrame(event=kind, data=compact_json(body), sequence_number=sequence_number)
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -97,12 +97,12 @@ def response_object(plan: Plan, status: str, *, final: bool) -> dict[str, Any]:
     }
 
 
-def stream_frames(plan: Plan) -> list[Frame]:
+def stream_frames(plan: Plan) -> list[PlannedFrame]:
     terminal, end_status, _ = TERMINALS[plan.finish]
     item_status = "incomplete" if end_status == "incomplete" else "completed"
     item_id = f"msg_{plan.ident}"
     at = {"item_id": item_id, "output_index": 0, "content_index": 0}
-    frames: list[Frame] = []
+    frames: list[PlannedFrame] = []
 
     def add(kind: str, **fields: Any) -> None:
         frames.append(_event(kind, len(frames), **fields))
@@ -136,7 +136,7 @@ def whole_body(plan: Plan) -> tuple[int, dict[str, Any]]:
     return 200, response_object(plan, TERMINALS[plan.finish][1], final=True)
 
 
-def error_frame(position: int) -> Frame:
+def error_frame(position: int) -> PlannedFrame:
     return _event("error", position - 1, code="server_error", message=SERVER_ERROR_MESSAGE,
                   param=None)
 

@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator
 
 from starlette.responses import StreamingResponse
 
+from .._receiver import StreamReceiver
 from ..framing import SSE
 from ..normalized_sse import MEDIA_TYPE, NormalizedEncoder, StreamEnding
-from ..receiver import StreamReceiver
 from ..resumption import STREAM_ID_HEADER
 from ..streams.journal import Journal
 from .producer_lost import reattachable

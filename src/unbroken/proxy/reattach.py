@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import httpx2
 
+from .._receiver import StreamReceiver
 from ..dialects import dialect_class
 from ..finish import Status
-from ..receiver import StreamReceiver
 from ..streams.journal import FrameRecord, Journal, Lease, StreamRecord
 from ..streams.journal.base import FOLLOW_BATCH
 from .config import ProxyConfig

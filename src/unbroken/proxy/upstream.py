@@ -24,13 +24,13 @@ from typing import Any
 
 import httpx2
 
+from .._receiver import Frame, StreamReceiver
 from ..dialects import dialect_class
 from ..dialects.openai_chat import is_usage_only_chunk
 from ..errors import IdleTimeout, StreamError, TransportError
 from ..events import TextDelta, Usage
 from ..finish import Status
 from ..framing import SSE
-from ..receiver import Frame, StreamReceiver
 from ..resumption import ProxyMark
 from ..streams.journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
 from ..streams.logs import log_event

@@ -22,12 +22,12 @@ from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
+from .._jsonparse import dumps_compact
+from .._receiver import DEFAULT_STALL_SECONDS
 from ..errors import PayloadError, StreamError, TransportError, UpstreamStatusError
 from ..events import TextDelta
 from ..framing import ServerSentEvent
-from ..jsonparse import dumps_compact
 from ..message import Message
-from ..receiver import DEFAULT_STALL_SECONDS
 from ..resumption import proxy_end_error, proxy_mark
 
 __all__ = [

@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any, Final
 
+from .._jsonparse import dumps_compact
 from ..finish import Status
-from ..jsonparse import dumps_compact
 from .journal import FrameRecord, StreamRecord
 
 __all__ = ["APP_DIALECT", "END_EVENT", "PRODUCER_LOST", "end_frame", "recovered_end"]

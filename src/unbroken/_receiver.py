@@ -52,7 +52,7 @@ from .framing import (
     WireFrame,
 )
 from .message import Message
-from .resumption import PROXY_DOMAIN, ProxyMark, parse_event_id, proxy_end_error
+from .resumption import PROXY_DOMAIN, ProxyMark, parse_event_id, proxy_end_error, valid_seq
 from .trace import DEFAULT_RAW_BUDGET, ERROR, IGNORED
 
 __all__ = ["CONTENT_EVENTS", "DEFAULT_STALL_SECONDS", "OUTPUT_EVENTS", "Frame",
@@ -200,9 +200,13 @@ class StreamReceiver:
         self._offset = decoder.bytes_dispatched
         try:
             found: Sequence[Any] = decoder.receive_eof()
-        except (DecodingError, PayloadError) as err:
-            # NDJSON raises here when its last line had no LF and does not parse: the body was
-            # cut inside it. That is a missing end, not a malformed stream.
+        except (DecodingError, EventTooLargeError, PayloadError) as err:
+            if not decoder.unterminated:  # a complete frame is bad (an SSE block held at its CR)
+                frames = self._frames(err.events, t)
+                self._fail(err)
+                return frames
+            # The bytes cut by EOF do not parse (NDJSON's last line without its LF): a missing
+            # end, not a malformed stream.
             found = err.events
         frames = self._frames(found, t)
         if not self.finished:
@@ -326,7 +330,7 @@ class StreamReceiver:
             self.stream_id = named[0]
         elif self._provider_seq(payload) is not None:
             source = "provider"
-        elif block_id is not None and block_id.isdigit():
+        elif block_id is not None and valid_seq(block_id):
             source = "block_id"
         else:
             source = "position"
@@ -349,7 +353,7 @@ class StreamReceiver:
             if source == "proxy":
                 named = parse_event_id(block_id)
                 seq = named[1] if named else None
-            elif block_id.isdigit():
+            elif valid_seq(block_id):
                 seq = int(block_id)
         if seq is None:
             # A frame without its number in a numbered stream: it follows the one before.

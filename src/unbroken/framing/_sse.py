@@ -23,8 +23,8 @@ from operator import methodcaller
 from typing import ClassVar, Literal
 
 from ..errors import EventTooLargeError, LocalProtocolError, StreamError
-from .sse_fast import read_shaped
-from .sse_fields import COPY_LIMIT, FieldReader, ServerSentEvent, decoding_error
+from ._sse_fast import read_shaped
+from ._sse_fields import COPY_LIMIT, FieldReader, ServerSentEvent, decoding_error
 
 __all__ = ["DEFAULT_MAX_EVENT_SIZE", "SSEDecoder", "ServerSentEvent"]
 

@@ -37,7 +37,7 @@ from typing import NamedTuple
 from zlib import crc32
 
 from ..errors import DecodingError, EventTooLargeError, LocalProtocolError, StreamError
-from .sse import DEFAULT_MAX_EVENT_SIZE
+from ._sse import DEFAULT_MAX_EVENT_SIZE
 
 __all__ = ["EventStreamDecoder", "EventStreamMessage", "HeaderValue", "encode_message"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .sse_fields import ServerSentEvent, new_event
+from ._sse_fields import ServerSentEvent, new_event
 
 __all__ = ["read_shaped"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .._jsonparse import BACKEND, loads
 from ..errors import (
     DecodingError,
     EventTooLargeError,
@@ -15,8 +16,7 @@ from ..errors import (
     PayloadError,
     StreamError,
 )
-from ..jsonparse import BACKEND, loads
-from .sse import DEFAULT_MAX_EVENT_SIZE
+from ._sse import DEFAULT_MAX_EVENT_SIZE
 
 __all__ = ["JSONLine", "NDJSONDecoder"]
 

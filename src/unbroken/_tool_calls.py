@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._jsonparse import loads
 from .events import ToolCallDelta
-from .jsonparse import loads
 
 __all__ = ["ToolCall", "ToolCalls", "joined"]
 

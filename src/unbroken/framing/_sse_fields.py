@@ -15,6 +15,9 @@ __all__ = ["COPY_LIMIT", "FieldReader", "ServerSentEvent", "new_event"]
 # A block over this many bytes is read in place: a one-line block's value is decoded from a view
 # of the block, so a huge line is not copied first.
 COPY_LIMIT = 1 << 16
+# The largest retry value (ms) taken: browsers read it into a 64-bit unsigned integer and
+# ignore a larger one; so do we (int() of 4,301 digits or more would raise).
+MAX_RETRY = 2**64 - 1
 # What follows the first line of a one-line block: its line end, then the blank line (and the
 # LF after a CR that follows an LF).
 _ONE_LINE_ENDS = frozenset(
@@ -92,8 +95,9 @@ class FieldReader:
             elif name == b"retry":
                 if strict:
                     str(value, "utf-8")
-                if bytes(value).isdigit():  # ASCII digits only, for bytes
-                    retry = int(value)
+                ms = _retry_ms(bytes(value))
+                if ms is not None:  # an invalid value leaves an earlier one standing
+                    retry = ms
             elif strict:  # a comment (no name) or an unknown field: ignored, but checked
                 str(name, "utf-8")
                 str(value, "utf-8")
@@ -132,6 +136,14 @@ class FieldReader:
             name, _, value = line.partition(b":")
             fields.append((name, value[1:] if value[:1] == b" " else value))
         return fields
+
+
+def _retry_ms(value: bytes) -> int | None:
+    """A retry field's value if it is all ASCII digits and at most ``MAX_RETRY``, else None."""
+    digits = value.lstrip(b"0") or b"0"
+    if not value.isdigit() or len(digits) > 20 or int(digits) > MAX_RETRY:
+        return None
+    return int(digits)
 
 
 def decoding_error(region: bytes, text: int, end: int, base: int) -> DecodingError:

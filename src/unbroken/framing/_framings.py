@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .eventstream import EventStreamDecoder, EventStreamMessage
-from .ndjson import JSONLine, NDJSONDecoder
-from .sse import ServerSentEvent, SSEDecoder
+from ._eventstream import EventStreamDecoder, EventStreamMessage
+from ._ndjson import JSONLine, NDJSONDecoder
+from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = ["EVENT_STREAM", "FRAMINGS", "NDJSON", "SSE", "Decoder", "Framing", "WireFrame"]
 
