@@ -8,7 +8,10 @@ so their work is not in this process's CPU time. Every peer POSTs the same opena
 - ``sdk``: the openai SDK reading the stream over each of those two clients (what an app runs).
 
 A second plain raw peer (``raw httpx2 A/A``) measures the noise: two identical clients should
-give 1.00, and how far they do not is how far the other ratios can be trusted.
+give 1.00, and how far they do not is how far the other ratios can be trusted. A third sends an
+``Idempotency-Key`` as the transport does (the proxy's keyed path changes how the body arrives:
+``http_client()`` against it is the transport's own cost); and ``own`` is ``ProxiedBody`` alone
+over one stream's reads as the plain client got them, without the I/O.
 
 Peers run interleaved, in alternating order, ``--repeat`` rounds, each a fresh stream, after a
 ``gc.collect()``; the best (least disturbed) run of each is reported as process CPU µs per
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import secrets
 import socket
 import subprocess
 import sys
@@ -36,7 +40,7 @@ import openai
 from unbroken import http_client
 from unbroken.client.proxied_body import ProxiedBody
 from unbroken.mock import reply_text
-from unbroken.resumption import STREAM_ID_HEADER
+from unbroken.resumption import IDEMPOTENCY_KEY, STREAM_ID_HEADER
 
 PATH = "/v1/chat/completions"
 BODY = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
@@ -84,9 +88,10 @@ def peers(base: str, tokens: int) -> dict[str, Peer]:
     content = json.dumps(BODY).encode()
     plain, resuming = httpx2.Client(timeout=60), http_client(timeout=60)
 
-    def raw(client: httpx2.Client) -> Peer:
+    def raw(client: httpx2.Client, keyed: bool = False) -> Peer:
         def run() -> int:
-            with client.stream("POST", url, content=content, headers=headers) as response:
+            sent = {**headers, IDEMPOTENCY_KEY: f"ub-{secrets.token_hex(16)}"} if keyed else headers
+            with client.stream("POST", url, content=content, headers=sent) as response:
                 assert response.status_code == 200
                 return sum(len(chunk) for chunk in response.iter_raw())
 
@@ -110,7 +115,7 @@ def peers(base: str, tokens: int) -> dict[str, Peer]:
         return run
 
     return {"raw httpx2": raw(plain), "raw http_client()": raw(resuming),
-            "raw httpx2 A/A": raw(plain),
+            "raw httpx2 A/A": raw(plain), "raw httpx2 keyed": raw(plain, keyed=True),
             "sdk httpx2": sdk(plain), "sdk http_client()": sdk(resuming)}
 
 
@@ -167,6 +172,9 @@ def main() -> None:
               f"ratio {through / base:.3f}   (+{through - base:.2f} µs/frame)")
     print(f"  own  ProxiedBody alone over one stream's reads as the plain client got them "
           f"({len(reads[1])}): {per_frame['own']:.3f} µs/frame")
+    keyed = per_frame["raw httpx2 keyed"]
+    print(f"  key  httpx2 {keyed:7.2f} with an Idempotency-Key as http_client() sends: "
+          f"http_client() / it {per_frame['raw http_client()'] / keyed:.3f}")
     again = per_frame["raw httpx2 A/A"]
     print(f"  A/A  httpx2 {per_frame['raw httpx2']:7.2f}   httpx2        {again:7.2f}   "
           f"ratio {again / per_frame['raw httpx2']:.3f}   (noise: the same client twice)")
