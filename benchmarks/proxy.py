@@ -25,7 +25,19 @@ to batch) at two rates: half the pass-through's best, and a steady 2,000 frames/
 2-core machine every figure moves with whatever else runs; compare rows of one run.
 
     python benchmarks/proxy.py [--quick] [--loop auto|asyncio|uvloop] [--http auto|h11|httptools]
-                               [--journal sqlite|redis]
+                               [--journal sqlite|redis|both] [--scenario fast|load]
+
+``--scenario load`` (issue 17) is LLM-realistic traffic instead: many concurrent ``paced``
+streams at ``--rate`` frames/s each (default 50, one frame per HTTP chunk, ``--frames`` 200
+each), the streams doubling from ``--start`` then bisected to the highest sustained rate (>= 95 %
+of the offered frames/s delivered, p99 <= 250 ms). The middle process is pinned to one core, the
+upstream, redis-server and the load generator to the other. Peers in the same run: the bare
+pass-through, the proxy on SQLite and on Redis (``--journal both``, the default there) and the
+proxy without the write that follows the upstream's answer (write-ahead's cost; ``--no-pending``
+leaves it out). Per peer: highest sustained frames/s, CPU µs per frame there, p50/p99 latency
+at half the SQLite proxy's highest rate (added: minus the upstream read directly), and RSS
+growth per live stream over ``--live`` (1,000) slow streams on a fresh process. ``--quick``
+keeps it to a few minutes.
 
 ``--journal redis`` runs the proxies on ``RedisJournal`` against a redis-server this script
 starts on 127.0.0.1 (its CPU is not in the proxy's figures; it runs on the same two cores).
@@ -48,7 +60,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -58,13 +70,12 @@ import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, from anywhere
 from benchmarks.journal import redis_server
+from benchmarks.processes import cpu_seconds, free_port, percentile, rss_bytes
 
 CHAT = "/v1/chat/completions"
 BODY = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
 AUTH = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
 SENT = re.compile(rb'"content":"(\d+)"')  # a paced frame's send time (monotonic ns)
-TICK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # -- servers (run as `python benchmarks/proxy.py serve KIND ...`) -----------------------------
@@ -109,8 +120,8 @@ async def paced_server(port: int) -> None:
                     await writer.drain()
             writer.write(chunk(tail) + b"0\r\n\r\n")
             await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, RuntimeError):
+            pass  # the reader went away (uvloop raises RuntimeError on a closed transport)
         finally:
             writer.close()
 
@@ -150,6 +161,18 @@ def passthrough_app(upstream: str) -> Any:
     return Starlette(routes=[Route("/{path:path}", forward, methods=["POST", "GET"])])
 
 
+def skip_answered(app: Any) -> None:
+    """Make the proxy's journal skip ``answered``: each stream then costs one journal write
+    before its frames (the create), as it did before write-ahead, instead of two. Only the
+    stored media type and headers differ, which this benchmark never reads back."""
+    from unbroken.streams.journal import Journal
+
+    async def nothing(self: Journal, meta: Any) -> None:
+        return None
+
+    Journal.answered = nothing  # type: ignore[method-assign]
+
+
 def serve(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="proxy.py serve")
     parser.add_argument("kind", choices=("mock", "paced", "passthrough", "proxy"))
@@ -158,6 +181,9 @@ def serve(argv: list[str]) -> None:
     parser.add_argument("--store", default="memory://")
     parser.add_argument("--loop", default="auto")
     parser.add_argument("--http", default="auto")
+    parser.add_argument("--skip-answered", action="store_true",
+                        help="proxy: skip the journal write that follows the upstream's answer "
+                             "(the benchmark's stand-in for a proxy without write-ahead)")
     args = parser.parse_args(argv)
     import uvicorn
 
@@ -184,6 +210,8 @@ def serve(argv: list[str]) -> None:
 
         origins = dict.fromkeys(PROVIDERS, args.upstream)
         app = proxy_app(ProxyConfig(origins=origins, store=args.store))
+        if args.skip_answered:
+            skip_answered(app)
         freeze_startup_heap()  # as `unbroken proxy` does
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", loop=args.loop,
                 http=args.http, access_log=False)
@@ -199,28 +227,25 @@ class Server:
     process: subprocess.Popen[bytes]
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
+        return cpu_seconds(self.process.pid)
 
     def rss_bytes(self) -> int:
-        return int(Path(f"/proc/{self.process.pid}/statm").read_text().split()[1]) * PAGE
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        return rss_bytes(self.process.pid)
 
 
 @contextmanager
-def start(kind: str, options: argparse.Namespace, **extra: str) -> Iterator[Server]:
+def start(kind: str, options: argparse.Namespace, *, cpus: set[int] | None = None,
+          flags: tuple[str, ...] = (), quiet: bool = False, **extra: str) -> Iterator[Server]:
+    """Start a server process; ``cpus``: the cores it (and every thread it starts) may run on;
+    ``quiet``: without its log (the proxy logs every live stream it ends when stopped)."""
     port = free_port()
     command = [sys.executable, __file__, "serve", kind, "--port", str(port),
-               "--loop", options.loop, "--http", options.http]
+               "--loop", options.loop, "--http", options.http, *flags]
     for name, value in extra.items():
         command += [f"--{name}", value]
-    process = subprocess.Popen(command)
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+    process = subprocess.Popen(command, preexec_fn=pin,
+                               stderr=subprocess.DEVNULL if quiet else None)
     server = Server(kind, f"http://127.0.0.1:{port}", process)
     try:
         deadline = time.monotonic() + 30
@@ -286,10 +311,11 @@ def best_rate(server: Server | None, base: str, tokens: int,
 # -- 2. latency ---------------------------------------------------------------------------------
 
 
-async def latencies_of(base: str, frames: int, rate: float) -> list[float]:
-    """Per-frame latency (ms) of one stream, read from a bare socket: the load generator stands
-    for clients on other machines, so it spends as little CPU here as it can. The frames'
-    send times are found in the raw body (chunk-size lines never split a frame)."""
+async def timed_frames(base: str, frames: int, rate: float) -> tuple[list[float], int, int]:
+    """One paced stream read from a bare socket: per-frame latency (ms), the first frame's send
+    time and the last one's receive time (monotonic ns). The load generator stands for clients
+    on other machines, so it spends as little CPU here as it can; the frames' send times are
+    found in the raw body (chunk-size lines never split a frame)."""
     host, port = base.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     writer.write((f"POST {CHAT} HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer sk-bench\r\n"
@@ -297,17 +323,27 @@ async def latencies_of(base: str, frames: int, rate: float) -> list[float]:
                   f"content-length: {len(BODY)}\r\nconnection: close\r\n\r\n{BODY}").encode())
     out: list[float] = []
     buffer = b""
+    first = last = 0
     try:
         while chunk := await reader.read(2**16):
             now = time.monotonic_ns()
             buffer += chunk
             end = 0
             for match in SENT.finditer(buffer):
-                out.append((now - int(match[1])) / 1e6)
+                sent = int(match[1])
+                first = first or sent
+                out.append((now - sent) / 1e6)
                 end = match.end()
+                last = now
             buffer = buffer[end:][-64:]  # what may be the start of the next send time
     finally:
         writer.close()
+    return out, first, last
+
+
+async def latencies_of(base: str, frames: int, rate: float) -> list[float]:
+    """Per-frame latency (ms) of one paced stream; every frame must arrive."""
+    out, _, _ = await timed_frames(base, frames, rate)
     if len(out) != frames:
         raise RuntimeError(f"{base}: {len(out)} timed frames, expected {frames}")
     return out
@@ -319,10 +355,6 @@ async def latency(base: str, streams: int, rate: float, seconds: float) -> list[
     runs = await asyncio.gather(
         *(latencies_of(base, frames, per_stream) for _ in range(streams)))
     return sorted(value for run in runs for value in run)
-
-
-def percentile(values: list[float], p: float) -> float:
-    return values[min(len(values) - 1, int(p / 100 * len(values)))]
 
 
 # -- 3. memory per live stream ------------------------------------------------------------------
@@ -417,10 +449,37 @@ def main() -> None:
                              "asyncio or uvloop")
     parser.add_argument("--http", default="auto",
                         help="uvicorn http: auto (httptools when installed), h11 or httptools")
-    parser.add_argument("--journal", choices=("sqlite", "redis"), default="sqlite",
-                        help="the proxies' journal: a SQLite file (default) or a redis-server "
-                             "started on 127.0.0.1")
+    parser.add_argument("--journal", choices=("sqlite", "redis", "both"), default=None,
+                        help="the proxies' journal: a SQLite file or a redis-server started on "
+                             "127.0.0.1 (default: sqlite; the load scenario: both)")
+    parser.add_argument("--scenario", choices=("fast", "load"), default="fast",
+                        help="fast: a few fast streams (figures 1-4 of the docstring); "
+                             "load: many slow streams, one frame per chunk (issue 17)")
+    load = parser.add_argument_group("the load scenario")
+    load.add_argument("--rate", type=float, default=50.0, help="frames/s of each stream")
+    load.add_argument("--frames", type=int, default=None,
+                      help="frames of each stream (default 200; --quick 150)")
+    load.add_argument("--start", type=int, default=None,
+                      help="streams of the first level (default 16; --quick 32)")
+    load.add_argument("--max-streams", type=int, default=2048)
+    load.add_argument("--bisect", type=int, default=None,
+                      help="bisection steps after the doubling (default 2; --quick 1)")
+    load.add_argument("--live", type=int, default=1000,
+                      help="live slow streams held for the memory figure")
+    load.add_argument("--no-pending", dest="pending", action="store_false",
+                      help="leave out the proxy without its answered write (write-ahead's cost)")
     options = parser.parse_args()
+    if options.scenario == "load":
+        options.journal = options.journal or "both"
+        options.frames = options.frames or (150 if options.quick else 200)
+        options.start = options.start or (32 if options.quick else 16)
+        options.bisect = options.bisect if options.bisect is not None else (
+            1 if options.quick else 2)
+        load_scenario(options)
+        return
+    options.journal = options.journal or "sqlite"
+    if options.journal == "both":
+        parser.error("the fast scenario runs on one journal: sqlite or redis")
     tokens = 300 if options.quick else 2000
     levels = (1, 8) if options.quick else (1, 8, 32)
     print(f"loop={options.loop} http={options.http} journal={options.journal} "
@@ -502,6 +561,276 @@ def report(options: argparse.Namespace, tokens: int, levels: tuple[int, ...], mo
             per_stream = asyncio.run(hold_streams(server, server.url, held))
             print(f"   {name:<14}{per_stream / 1024:>8.1f}")
 
+
+# -- 5. realistic load: many slow streams, one frame per chunk (issue 17) -----------------------
+
+SUSTAINED_SHARE = 0.95  # of the offered frames/s delivered ...
+SUSTAINED_P99_MS = 250.0  # ... with at most this p99 latency
+STAGGER_S = 1.0  # a level's streams start spread over this long, as users arrive
+
+
+@dataclass
+class Level:
+    """One level of the load: ``streams`` paced streams at once through one path."""
+
+    streams: int
+    offered: float  # frames/s asked for: streams x the per-stream rate
+    delivered: float  # frames/s the streams got (offered x their share of it)
+    frames: int  # frames received in all
+    p50: float  # ms, per-frame latency from the upstream's send to the reader's receive
+    p99: float
+    cpu_us: float  # the middle process's CPU per frame received
+    side_us: float  # redis-server's CPU per frame (0 without Redis)
+
+    @property
+    def sustained(self) -> bool:
+        return self.delivered >= SUSTAINED_SHARE * self.offered and self.p99 <= SUSTAINED_P99_MS
+
+
+async def paced_streams(base: str, streams: int, rate: float,
+                        frames: int) -> tuple[list[float], int, float]:
+    """``streams`` paced streams, started over ``STAGGER_S``: their latencies (ms, sorted), the
+    frames received and the share of the asked rate they got: how long the level should take
+    (the stagger, then one stream's frames at ``rate``) over how long it took, from its start to
+    the last frame received, times the share of frames that arrived. So a path that is slow to
+    accept or connect streams, which spreads them out and lowers the real concurrency, or
+    that falls behind, gets less than its offered rate; a stream that broke or ran past the
+    bound counts for what it delivered."""
+    ideal = STAGGER_S * (streams - 1) / streams + (frames - 1) / rate
+    began = time.monotonic_ns()
+
+    async def one(delay: float) -> tuple[list[float], int]:
+        await asyncio.sleep(delay)
+        try:
+            got, _, last = await asyncio.wait_for(
+                timed_frames(base, frames, rate), timeout=3 * ideal + 10)
+        except (TimeoutError, OSError):
+            return [], 0
+        return got, last
+
+    runs = await asyncio.gather(*(one(STAGGER_S * i / streams) for i in range(streams)))
+    latencies = sorted(value for got, _ in runs for value in got)
+    took = (max(last for _, last in runs) - began) / 1e9
+    share = min(1.0, ideal / took) * len(latencies) / (streams * frames) if took > 0 else 0.0
+    return latencies, len(latencies), share
+
+
+def load_level(server: Server | None, base: str, streams: int, rate: float, frames: int,
+               side: int | None = None) -> Level:
+    cpu = server.cpu_seconds() if server else 0.0
+    side_cpu = cpu_seconds(side) if side else 0.0
+    latencies, received, share = run_async(paced_streams(base, streams, rate, frames))
+    used = (server.cpu_seconds() - cpu) if server else 0.0
+    side_used = (cpu_seconds(side) - side_cpu) if side else 0.0
+    per = 1e6 / max(1, received)
+    return Level(streams, streams * rate, streams * rate * share, received,
+                 percentile(latencies, 50), percentile(latencies, 99), used * per,
+                 side_used * per)
+
+
+def run_async(work: Any) -> Any:
+    """Run the load generator's coroutine on uvloop when installed (less CPU per frame read)."""
+    if find_spec("uvloop"):
+        import uvloop
+
+        return uvloop.run(work)
+    return asyncio.run(work)
+
+
+class Search:
+    """One peer's search for its highest sustained level: doubling from ``--start`` streams
+    until a level is not sustained (twice: a level that fails is run once more, since one burst
+    of the shared machine's other work can sink it), then bisecting between the last level that
+    was and the first that was not (``--bisect`` steps)."""
+
+    def __init__(self, name: str, server: Server, side: int | None,
+                 options: argparse.Namespace) -> None:
+        self.name, self.server, self.side = name, server, side
+        self.best: Level | None = None
+        self._failed: int | None = None
+        self._retried: set[int] = set()
+        self._steps = options.bisect
+        self._max = options.max_streams
+        self.next: int | None = options.start
+
+    def record(self, level: Level) -> None:
+        streams = level.streams
+        if not level.sustained and streams not in self._retried:
+            self._retried.add(streams)
+            return  # self.next stays: the same level once more
+        if level.sustained:
+            self.best = level
+        else:
+            self._failed = streams
+        if self._failed is None:
+            self.next = streams * 2 if streams * 2 <= self._max else None
+            return
+        low = self.best.streams if self.best else 0
+        middle = (low + self._failed) // 2
+        if self._steps <= 0 or middle in (low, self._failed) or not low:
+            self.next = None
+            return
+        self._steps -= 1
+        self.next = middle
+
+
+def highest_sustained(searches: list[Search], options: argparse.Namespace) -> None:
+    """Step every peer's search in turn, one level each, so that the shared machine's other
+    work falls on every peer alike; each ends with its ``best``."""
+    for search in searches:
+        run_async(paced_streams(search.server.url, 4, options.rate, 20))  # warm up
+    while active := [search for search in searches if search.next is not None]:
+        for search in active:
+            assert search.next is not None
+            level = load_level(search.server, search.server.url, search.next, options.rate,
+                               options.frames, search.side)
+            mark = "ok" if level.sustained else "not sustained"
+            print(f"     {search.name:<24}{level.streams:>6} streams: {level.delivered:>9,.0f} "
+                  f"of {level.offered:>9,.0f} frames/s, p99 {level.p99:7.1f} ms, "
+                  f"{level.cpu_us:6.1f} us/frame  {mark}", flush=True)
+            search.record(level)
+
+
+async def hold_paced(base: str, streams: int) -> list[asyncio.StreamWriter]:
+    """Open ``streams`` slow paced streams (2 frames/s, 60 frames), in bursts of 50 as users
+    arrive; return once each has received its first frame."""
+    host, port = base.removeprefix("http://").split(":")
+    request = (f"POST {CHAT} HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer sk-bench\r\n"
+               f"content-type: application/json\r\nx-frames: 60\r\nx-rate: 2\r\n"
+               f"content-length: {len(BODY)}\r\nconnection: close\r\n\r\n{BODY}").encode()
+
+    async def one() -> asyncio.StreamWriter:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(request)
+        seen = b""
+        while not SENT.search(seen):
+            chunk = await asyncio.wait_for(reader.read(2**16), timeout=30)
+            if not chunk:
+                raise RuntimeError(f"{base}: a held stream closed: {seen[:200]!r}")
+            seen += chunk
+        return writer
+
+    writers: list[asyncio.StreamWriter] = []
+    for start_at in range(0, streams, 50):
+        writers += await asyncio.gather(*(one() for _ in range(min(50, streams - start_at))))
+    return writers
+
+
+async def live_memory(server: Server, streams: int) -> float:
+    """RSS growth per live slow stream (bytes) with ``streams`` of them open at once."""
+    await paced_streams(server.url, 8, 50.0, 20)  # allocate what any stream allocates once
+    await asyncio.sleep(0.5)
+    before = server.rss_bytes()
+    writers = await hold_paced(server.url, streams)
+    await asyncio.sleep(1.0)
+    after = server.rss_bytes()
+    for writer in writers:
+        writer.close()
+    return (after - before) / streams
+
+
+def load_scenario(options: argparse.Namespace) -> None:
+    """Issue 17's scenario: see ``--help`` (``--scenario load``) and benchmarks/README.md."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= 2:
+        # The proxy gets one core; the upstream, redis-server and this load generator the other
+        # (set here first, so that the processes started below inherit it).
+        proxy_cpus: set[int] | None = {cores[0]}
+        os.sched_setaffinity(0, {cores[1]})
+    else:
+        proxy_cpus = None
+    journals = ["sqlite", "redis"] if options.journal == "both" else [options.journal]
+    print(f"load scenario: {options.rate:g} frames/s per stream, {options.frames} frames each, "
+          f"one frame per chunk; sustained = >= {SUSTAINED_SHARE:.0%} of the offered rate "
+          f"delivered and p99 <= {SUSTAINED_P99_MS:g} ms; proxy cores {proxy_cpus}, load "
+          f"generator and upstream cores {os.sched_getaffinity(0)}; loop={options.loop} "
+          f"http={options.http}; journals {journals}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp, (
+        redis_server(Path(tmp)) if "redis" in journals else nullcontext(None)
+    ) as redis_url:
+        if "redis" in journals and redis_url is None:
+            raise SystemExit("--journal redis needs the redis-server program")
+        redis_pid = redis_process(redis_url) if redis_url else None
+
+        def store(journal: str, name: str) -> tuple[str, ...]:
+            """The ``--store`` option of a proxy peer (none for the pass-through)."""
+            name = name.replace(" ", "-").replace(",", "")
+            if not journal:
+                return ()
+            return ("--store", f"{redis_url}?prefix={name}:" if journal == "redis"
+                    else f"sqlite:///{Path(tmp) / name}.db")
+
+        peers: list[tuple[str, str, tuple[str, ...]]] = [("pass-through", "", ())]
+        for journal in journals:
+            peers.append((f"proxy {journal}", journal, ()))
+        if options.pending:
+            peers.append((f"proxy {journals[0]}, one write", journals[0], ("--skip-answered",)))
+        with start("paced", options) as paced, ExitStack() as servers:
+            print("\n  highest sustained rate (doubling, then bisecting the streams; the peers "
+                  "in turn)")
+            searches = []
+            for name, journal, flags in peers:
+                kind = "passthrough" if not journal else "proxy"
+                server = servers.enter_context(start(
+                    kind, options, cpus=proxy_cpus, upstream=paced.url,
+                    flags=flags + store(journal, name)))
+                searches.append(Search(name, server, redis_pid if journal == "redis" else None,
+                                       options))
+            highest_sustained(searches, options)
+            best = {search.name: search.best for search in searches}
+            own = best.get(f"proxy {journals[0]}")
+            half = max(1, (own.streams if own else options.start) // 2)
+            print(f"\n  latency at half the proxy's own highest rate: {half} streams, "
+                  f"{half * options.rate:,.0f} frames/s", flush=True)
+            at_half: dict[str, Level] = {
+                "direct": load_level(None, paced.url, half, options.rate, options.frames)}
+            for search in searches:
+                at_half[search.name] = load_level(search.server, search.server.url, half,
+                                                  options.rate, options.frames, search.side)
+            memory: dict[str, float] = {}
+            print(f"\n  memory: {options.live} live slow streams on a fresh process",
+                  flush=True)
+            for name, journal, flags in peers:
+                if flags:
+                    continue
+                kind = "passthrough" if not journal else "proxy"
+                with start(kind, options, cpus=proxy_cpus, upstream=paced.url, quiet=True,
+                           flags=store(journal, "held " + name)) as server:
+                    memory[name] = run_async(live_memory(server, options.live))
+        load_report(peers, best, at_half, memory)
+
+
+def redis_process(url: str) -> int:
+    """redis-server's pid (its CPU is counted apart from the proxy's)."""
+    info = subprocess.check_output(["redis-cli", "-u", url, "info", "server"]).decode()
+    return int(info.split("process_id:")[1].split()[0])
+
+
+def load_report(peers: list[tuple[str, str, tuple[str, ...]]], best: dict[str, Level | None],
+                at_half: dict[str, Level], memory: dict[str, float]) -> None:
+    """The table; ratios against the pass-through. CPU per frame falls as the load rises (more
+    frames per wake-up and per commit), so it is compared at the same load too (at half)."""
+    base = best["pass-through"]
+    base_half = at_half["pass-through"]
+    print("\n| peer | highest sustained frames/s (streams) | vs pass-through | CPU us/frame "
+          "there (redis) | p50 / p99 ms at half (added p99) | CPU us/frame at half | vs "
+          "pass-through | KiB per live stream |")
+    print("|---|---|---|---|---|---|---|---|")
+    direct = at_half["direct"]
+    print(f"| direct | - | - | - | {direct.p50:.2f} / {direct.p99:.2f} | - | - | - |")
+    for name, _, _ in peers:
+        level = best[name]
+        half = at_half[name]
+        rate = f"{level.delivered:,.0f} ({level.streams})" if level else "none"
+        ratio = f"{level.delivered / base.delivered:.2f}x" if level and base else "-"
+        side = f" ({level.side_us:.0f})" if level and level.side_us else ""
+        cpu = f"{level.cpu_us:.1f}{side}" if level else "-"
+        mem = f"{memory[name] / 1024:.1f}" if name in memory else "-"
+        print(f"| {name} | {rate} | {ratio} | {cpu} | {half.p50:.2f} / {half.p99:.2f} "
+              f"(+{half.p99 - direct.p99:.2f}) | {half.cpu_us:.1f} | "
+              f"{half.cpu_us / base_half.cpu_us:.2f}x | {mem} |")
+    print("\ntargets (issue 17): proxy >= 0.8x the pass-through's frames/s, <= 1.25x its CPU "
+          "per frame, added p99 < 20 ms at half its own highest rate, <= 16 KiB per live stream")
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "serve":

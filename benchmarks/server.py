@@ -41,6 +41,7 @@ import httpx2
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+from benchmarks.processes import cpu_seconds, free_port, percentile, rss_bytes  # noqa: E402
 
 VARIANTS = ["bare", "memory", "sqlite", "redis", "handwritten-redis"]
 SUSTAINED_P99_S = 0.25
@@ -151,18 +152,6 @@ def serve(variant: str, port: int, store: str) -> None:
 
 # -- the load ---------------------------------------------------------------------------------
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 async def open_stream(client: httpx2.AsyncClient, variant: str, n: int, fps: float) -> str:
     if variant == "bare":
         return f"/stream?n={n}&fps={fps}"
@@ -257,11 +246,7 @@ async def memory_per_stream(url: str, variant: str, pid: int, count: int) -> flo
 
 
 def start_server(variant: str, store: str) -> tuple[subprocess.Popen[bytes], str, int]:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen([sys.executable, __file__, "--serve", variant, "--port", str(port),
                                 "--store", store], stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -277,10 +262,7 @@ def start_server(variant: str, store: str) -> tuple[subprocess.Popen[bytes], str
 
 
 def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return percentile(sorted(values), q * 100)
 
 
 def main() -> None:

@@ -243,9 +243,12 @@ class StreamReceiver:
         )
         # What the stream taught the first connection: its dialect (if it was detected), its id
         # and numbering, how many frames came and when the last did (for a stall across the gap).
-        if other.dialect is None and self.dialect is not None:
+        if self.dialect is not None:
+            detected = other.dialect is None
+            # the same object: a call, block or item open at the cut goes on in the next body
             other.dialect = self.dialect
-            other._decoder = other._new_decoder(self.dialect.framing)
+            if detected:
+                other._decoder = other._new_decoder(self.dialect.framing)
         other.stream_id = self.stream_id
         other.proxy_stream = self.proxy_stream
         other._frames_seen = self._frames_seen
@@ -315,7 +318,12 @@ class StreamReceiver:
                 self._frames_seen, self._offset, self._position = seen, offset, position
                 self._note_proxy(mark, sse, t, committed=True)
                 return frames
-            events = dialect.events(sse, payload, seq)
+            try:
+                events = dialect.events(sse, payload, seq)
+            except PayloadError as err:  # valid JSON in a shape the provider does not send
+                self._frames_seen, self._offset, self._position = seen, offset, position
+                self._fail_frame(err, sse, t)
+                break
             committed = commit(seq, events, t, nbytes, block_id, sse.raw)
             append(_new_frame(Frame, (seq, block_id, nbytes, t, events, committed, sse)))
             offset += nbytes

@@ -32,6 +32,8 @@ from tests.integration.test_browser_eventsource import chromium  # noqa: F401  (
 from tests.integration.test_proxy_support import CALLS, KEY, mock_counts, proxy_config
 from tests.servers import serve_in_thread
 
+from unbroken._tool_calls import ToolCalls
+from unbroken.events import ToolCallDelta
 from unbroken.mock import reply_text
 from unbroken.proxy import create_app
 from unbroken.web import demo_page, with_demo_page
@@ -401,9 +403,30 @@ assert any(SPLIT_BODY[cut - 1:cut + 1] == b"\r\n" for cut in range(SPLIT_AT, len
                                                                    SPLIT_AT))
 
 
+# Parallel tool calls that share index 0 (as Ollama gives them), each continued by its id, then
+# a delta with no id (it belongs to the latest call at its index), a repeated frame, and a call
+# at another index.
+CALL_DELTAS: list[tuple[int, list[dict[str, Any]]]] = [
+    (1, [{"index": 0, "id": "call_a", "name": "get_weather", "arguments": '{"city":'}]),
+    (2, [{"index": 0, "id": "call_b", "name": "get_weather", "arguments": '{"city":'}]),
+    (3, [{"index": 0, "id": "call_a", "arguments": '"Paris"}'}]),
+    (4, [{"index": 0, "arguments": '"東京"}'}]),
+    (4, [{"index": 0, "arguments": '"東京"}'}]),
+    (5, [{"index": 1, "name": "noop", "arguments": "{}"}]),
+]
+CALLS_BODY = "".join(
+    f"event: delta\nid: ub_calls:{seq}\ndata: {json.dumps({'tool_calls': calls})}\n\n"
+    for seq, calls in CALL_DELTAS
+).encode() + (b'event: end\nid: ub_calls:5\ndata: {"status":"completed","finish_reason":'
+              b'"tool_calls","raw_finish_reason":"tool_calls","error":null,"frames":5,'
+              b'"chars":0}\n\n')
+
+
 @contextmanager
 def bad_server() -> Iterator[str]:
     async def events(request: Request) -> Response:
+        if request.path_params["case"] == "calls":
+            return Response(CALLS_BODY, media_type="text/event-stream")
         if request.path_params["case"] == "split":
             async def pieces() -> AsyncIterator[bytes]:
                 for start in range(0, len(SPLIT_BODY), SPLIT_AT):
@@ -486,6 +509,36 @@ def test_split_characters_graphemes_and_a_repeated_frame(chromium: str,  # noqa:
         "completed", "a👩\u200d💻 b", 1, 2)
     # Never half a character, never half an emoji: 👩 alone is held back until its end came.
     assert got["visible"] == ["", "a", "a👩\u200d💻 ", "a👩\u200d💻 b"]
+
+
+def test_parallel_calls_sharing_an_index_stay_apart(chromium: str,  # noqa: F811
+                                                    tmp_path: Path) -> None:
+    async def scenario(origin: str) -> dict[str, Any]:
+        async with chromium_page(chromium, tmp_path / "profile") as page:
+            await page.goto(origin + "/")
+            got: dict[str, Any] = await page.evaluate("""(async () => {
+                const { attach } = await import('/unbroken.js');
+                const s = attach('/calls', 'ub_calls');
+                await s.done;
+                return {state: s.state.name, calls: s.toolCalls, duplicates: s.duplicates};
+                })()""")
+            return got
+
+    with bad_server() as origin:
+        got = run(scenario(origin))
+    expected = [
+        {"index": 0, "id": "call_a", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+        {"index": 0, "id": "call_b", "name": "get_weather", "arguments": '{"city":"東京"}'},
+        {"index": 1, "id": None, "name": "noop", "arguments": "{}"},
+    ]
+    assert got == {"state": "completed", "calls": expected, "duplicates": 1}
+    # the Python reader (tool_calls.py) folds the same deltas the same way
+    calls = ToolCalls()
+    for seq, deltas in dict(CALL_DELTAS).items():  # the repeated frame once, as committed
+        for delta in deltas:
+            calls.add(ToolCallDelta(seq=seq, **delta))
+    assert [{"index": c.index, "id": c.id, "name": c.name, "arguments": c.arguments}
+            for c in calls.calls()] == expected
 
 
 def test_a_page_of_another_origin_uses_the_proxy(chromium: str, mock_server: str,  # noqa: F811

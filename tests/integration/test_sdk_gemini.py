@@ -140,3 +140,16 @@ async def test_an_error_status_before_the_stream_interrupts_with_the_status(
     assert isinstance(error, UpstreamStatusError)
     assert (error.status, error.retryable, error.__cause__) == (status, True, result.raised)
     assert json.loads(error.body)["error"]["message"] == f"mock status {status}"
+
+async def test_streamed_function_call_arguments_reach_the_message_whole(
+    mock_server: str, run: Runner
+) -> None:
+    # Vertex AI's streamFunctionCallArguments, as the mock sends it (partial_args=1): the
+    # SDK's objects carry partialArgs, which the wrapper hands on as the wire had them.
+    result = await run(mock_server, f"seed={SEED}; tokens=3; finish=tool_calls; partial_args=1")
+    assert result.raised is None
+    message = result.message
+    assert ending(message) == (Status.COMPLETED, FinishReason.TOOL_CALLS, "STOP")
+    [call] = message.tool_calls
+    assert (call.name, call.arguments) == ("get_weather", '{"city":"東京 🌧","unit":"celsius"}')
+    assert message.warnings == []

@@ -1,6 +1,7 @@
 """``unbroken.server`` apps as real processes: SIGKILL mid-stream and a restart on the same
-SQLite file; two app processes on one real Redis (resume on the other follows the live tail,
-cancel from the other stops the producer, one producer for one idempotency key)."""
+SQLite file; two app processes on one real Redis or one SQLite file (resume on the other
+follows the live tail, cancel from the other stops the producer, one producer for one
+idempotency key)."""
 
 from __future__ import annotations
 
@@ -103,8 +104,17 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def test_two_processes_on_redis_resume_follows_the_live_tail(redis_url: str) -> None:
-    with app_process(redis_url) as (a, _pa), app_process(redis_url) as (b, _pb):
+@pytest.fixture(params=["redis", "sqlite"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A journal two processes share: a real Redis, or one SQLite file (same host)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    url: str = request.getfixturevalue("redis_url")
+    return url
+
+
+def test_two_processes_on_one_journal_resume_follows_the_live_tail(shared_store: str) -> None:
+    with app_process(shared_store) as (a, _pa), app_process(shared_store) as (b, _pb):
         stream_id = start(a, kind="str", n=60, interval=0.05)["stream_id"]
         _status, first = read_events(a, stream_id, limit=3)
         assert status_of(b, stream_id)["status"] == "streaming"  # still live when B reads
@@ -115,8 +125,8 @@ def test_two_processes_on_redis_resume_follows_the_live_tail(redis_url: str) -> 
     assert end_of(whole)["status"] == "completed"
 
 
-def test_cancel_from_another_replica_stops_the_producer(redis_url: str) -> None:
-    with app_process(redis_url) as (a, _pa), app_process(redis_url) as (b, _pb):
+def test_cancel_from_another_replica_stops_the_producer(shared_store: str) -> None:
+    with app_process(shared_store) as (a, _pa), app_process(shared_store) as (b, _pb):
         before = httpx2.get(a + "/runs", timeout=10).json()
         stream_id = start(a, kind="str", n=10_000, interval=0.02)["stream_id"]
         read_events(a, stream_id, limit=3)
@@ -134,8 +144,8 @@ def test_cancel_from_another_replica_stops_the_producer(redis_url: str) -> None:
     assert end_of(whole)["status"] == "cancelled"
 
 
-def test_one_idempotency_key_on_two_replicas_runs_one_producer(redis_url: str) -> None:
-    with app_process(redis_url) as (a, _pa), app_process(redis_url) as (b, _pb):
+def test_one_idempotency_key_on_two_replicas_runs_one_producer(shared_store: str) -> None:
+    with app_process(shared_store) as (a, _pa), app_process(shared_store) as (b, _pb):
         answers: list[dict[str, Any]] = []
 
         def start_on(url: str) -> None:

@@ -372,8 +372,9 @@ def test_function_call_with_signature() -> None:
     ]
 
 
-def test_streamed_function_call_arguments_are_passed_through() -> None:
-    """Vertex AI's streamFunctionCallArguments: fragments by JSON path, kept as they are."""
+def test_streamed_function_call_arguments_end_as_tool_calls() -> None:
+    """Vertex AI's streamFunctionCallArguments (test_dialect_gemini_streamed_arguments.py has
+    the rest): the calls count, so STOP after them is tool_calls."""
     head = parts({"functionCall": {"name": "get_weather", "willContinue": True}})
     middle = parts(
         {
@@ -384,11 +385,13 @@ def test_streamed_function_call_arguments_are_passed_through() -> None:
         }
     )
     end = parts({"functionCall": {}}, finish="STOP")
-    assert feed([head]) == passed(1, "part/functionCall.partial", head)
-    assert feed([head, middle]) == passed(2, "part/functionCall.partial", middle)
-    assert feed([head, middle, end])[-1] == Finish(
-        seq=3, status=Status.COMPLETED, reason=FinishReason.TOOL_CALLS, raw="STOP", final=False
-    )
+    assert feed([head]) == [ToolCallDelta(seq=1, index=0, name="get_weather", arguments="")]
+    assert feed([head, middle]) == [ToolCallDelta(seq=2, index=0, arguments='{"location":"Bos')]
+    assert feed([head, middle, end]) == [
+        ToolCallDelta(seq=3, index=0, arguments='"}'),
+        Finish(seq=3, status=Status.COMPLETED, reason=FinishReason.TOOL_CALLS, raw="STOP",
+               final=False),
+    ]
 
 
 def test_other_candidates_are_kept_out_of_the_text() -> None:

@@ -316,7 +316,7 @@ async def test_a_schema_4_file_is_upgraded_and_its_streams_listed(tmp_path: Path
     finally:
         await journal.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
     conn.close()
     assert _indexes(path) == {"streams_updated", "streams_idempotency", "streams_live_leases",
                               "streams_created", "streams_by_credential"}
@@ -346,10 +346,10 @@ async def test_read_only_opening_refuses_what_it_cannot_read(tmp_path: Path) -> 
     with pytest.raises(FileNotFoundError, match="no such journal file"):
         await SQLiteJournal(str(tmp_path / "none.db"), read_only=True).open()
     assert not (tmp_path / "none.db").exists()
-    for version, why in ((3, r"journal schema 3, this version reads 4 to 5 \(start this "
+    for version, why in ((3, r"journal schema 3, this version reads 4 to 6 \(start this "
                                 r"version's proxy on it once to upgrade it\)"),
-                         (6, r"journal schema 6, this version reads 4 to 5$"),
-                         (0, r"journal schema 0, this version reads 4 to 5$")):
+                         (7, r"journal schema 7, this version reads 4 to 6$"),
+                         (0, r"journal schema 0, this version reads 4 to 6$")):
         path = tmp_path / f"v{version}.db"
         conn = sqlite3.connect(path)
         conn.execute(f"PRAGMA user_version = {version}")

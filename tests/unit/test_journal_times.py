@@ -136,7 +136,7 @@ async def test_a_schema_3_file_is_upgraded_and_its_old_frames_have_no_time(
     finally:
         await journal.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
     assert [row[1] for row in conn.execute("PRAGMA table_info(frames)")] == [
         "id", "stream_id", "seq", "event", "data", "text", "at"]
     assert conn.execute("SELECT seq, at FROM frames ORDER BY id").fetchall() == [

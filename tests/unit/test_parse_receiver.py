@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from tests.unit.test_parse_bodies import (
@@ -224,6 +225,26 @@ def test_malformed_json_fails_with_the_frame_number_and_offset() -> None:
         assert message.trace.frames[1].raw == b"data: {not json\n\n"
 
 
+@pytest.mark.parametrize(
+    ("dialect", "bad"),
+    [("gemini", {"candidates": ["not a candidate"]}),
+     ("openai-chat", {"choices": [{"index": 0, "delta": "not a delta"}]})],
+)
+def test_a_payload_in_an_undocumented_shape_fails_the_message_not_the_caller(
+    dialect: str, bad: dict[str, object]
+) -> None:
+    kept = {"candidates": [{"content": {"parts": [{"text": "kept"}]}}]}
+    good = sse(kept) if dialect == "gemini" else sse(chat("kept"))
+    body = good + sse(bad) + sse(chat("never"))
+    for chunks in chunkings(body):
+        message = parse(chunks, dialect=dialect)
+        assert (message.status, message.text) == (Status.FAILED, "kept")
+        assert isinstance(message.error, PayloadError)
+        assert "unexpected payload shape" in str(message.error)
+        assert (message.error.line, message.error.offset) == (2, len(good))
+        assert message.trace.frames[-1].outcome == "error"
+
+
 def test_an_event_over_max_event_size_fails_after_committing_earlier_frames() -> None:
     small = sse(chat("ok"))
     body = small + sse(chat("x" * 500)) + sse(chat(finish="stop"))
@@ -344,6 +365,38 @@ def test_reconnect_resumes_the_same_message_and_dedupes_the_replay() -> None:
     message = again.message
     assert (message.status, message.text, message.duplicates) == (Status.COMPLETED, "abc", 1)
     assert again._decoder is not None
+
+
+@pytest.mark.parametrize("dialect", ["anthropic", "gemini"])
+def test_reconnect_keeps_the_dialect_object_so_an_open_tool_call_goes_on(dialect: str) -> None:
+    start: list[dict[str, Any]] = [{"candidates": [{"content": {"parts": [{"functionCall": {
+        "name": "f", "willContinue": True, "partialArgs": [
+            {"jsonPath": "$.q", "stringValue": "a", "willContinue": True}]}}]}}]}]
+    rest: list[dict[str, Any]] = [{"candidates": [{"content": {"parts": [{"functionCall": {
+        "partialArgs": [{"jsonPath": "$.q", "stringValue": "b"}]}}]}, "finishReason": "STOP"}]}]
+    if dialect == "anthropic":
+        start = [
+            {"type": "message_start", "message": {"id": "m", "model": "c", "usage": {}}},
+            {"type": "content_block_start", "index": 0,
+             "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}}},
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "input_json_delta", "partial_json": '{"q":"a'}}]
+        rest = [
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "input_json_delta", "partial_json": 'b"}'}},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}}]
+    ids = iter(range(1, 10))
+    receiver = StreamReceiver(dialect)
+    receiver.receive_data(b"".join(sse(p, id=str(next(ids))) for p in start))
+    receiver.close(TransportError("reset"))
+    other = receiver.reconnect()
+    assert other.dialect is receiver.dialect
+    other.receive_data(b"".join(sse(p, id=str(next(ids))) for p in rest))
+    other.receive_eof()
+    [call] = other.message.tool_calls
+    assert (call.name, call.arguments, other.message.finish_reason) == (
+        "f", '{"q":"ab"}', FinishReason.TOOL_CALLS)
 
 
 def test_reconnect_of_a_still_open_receiver_keeps_streaming() -> None:

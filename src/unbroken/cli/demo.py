@@ -32,6 +32,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
+from ..dialects.openai_chat import OpenAIChatDialect
+from ..dialects.openai_responses import OpenAIResponsesDialect
 from .errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from .output import console
 from .serving import serve_in_thread
@@ -259,7 +261,7 @@ def run(arguments: argparse.Namespace) -> int:
                     dict(
                         name="chat: split characters, dropped connection, resume",
                         title="1 · OpenAI chat through the proxy — frames cut inside characters",
-                        path="/v1/chat/completions", dialect="openai-chat",
+                        path=OpenAIChatDialect.route.paths[0], dialect=OpenAIChatDialect.name,
                         body={"model": "demo", "stream": True,
                               "messages": [{"role": "user", "content": "你好"}]},
                         scenario=f"seed=7; tokens=48; split_utf8=1; delay_ms={delay}",
@@ -268,7 +270,8 @@ def run(arguments: argparse.Namespace) -> int:
                     dict(
                         name="responses: upstream repeats a frame",
                         title="2 · OpenAI Responses — the upstream sends frame 12 twice",
-                        path="/v1/responses", dialect="openai-responses",
+                        path=OpenAIResponsesDialect.route.paths[0],
+                        dialect=OpenAIResponsesDialect.name,
                         body={"model": "demo", "stream": True, "input": "你好"},
                         scenario=f"seed=8; tokens=32; duplicate=12; delay_ms={delay}",
                         reference=reply_text(8, 32), cut_after=None,

@@ -23,7 +23,8 @@ from typing import Any
 import httpx2
 
 from .._jsonparse import loads
-from ..dialects import get_dialect
+from ..dialects.gemini import GeminiDialect
+from ..dialects.ollama import OllamaDialect
 from ..errors import StreamError
 from ..framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from ..resumption import PROXY_DOMAIN, event_id, event_id_prefix, parse_event_id, proxy_mark
@@ -32,8 +33,8 @@ from .numbered_blocks import BLOCK_END, NumberedBlocks
 __all__ = ["ProxiedBody", "ResumeMismatch"]
 
 # The proxy's mark in a body without ids is read by its dialect (resumption.proxy_mark).
-_GEMINI = get_dialect("gemini")
-_OLLAMA = get_dialect("ollama")
+_GEMINI = GeminiDialect()
+_OLLAMA = OllamaDialect()
 _CR = 0x0D
 _BOM = b"\xef\xbb\xbf"
 

@@ -96,13 +96,13 @@ def detect_dialect(frame: Any) -> str | None:
     if hasattr(frame, "headers"):
         return BedrockConverseDialect.name
     if not hasattr(frame, "event"):
-        return "ollama" if hasattr(frame, "value") else None
+        return OllamaDialect.name if hasattr(frame, "value") else None
     event: str = frame.event
     if event.startswith("response."):
-        return "openai-responses"
+        return OpenAIResponsesDialect.name
     data: str = frame.data
     if data.startswith("[DONE]"):
-        return "openai-chat"
+        return OpenAIChatDialect.name
     try:
         payload = loads(data)
     except ValueError:
@@ -110,8 +110,8 @@ def detect_dialect(frame: Any) -> str | None:
     if event != "message" and event in _ANTHROPIC_EVENTS:
         # both Anthropic and Responses name their error event "error"
         if event == "error" and isinstance(payload, dict) and "sequence_number" in payload:
-            return "openai-responses"
-        return "anthropic"
+            return OpenAIResponsesDialect.name
+        return AnthropicDialect.name
     if not isinstance(payload, dict):
         return None
     return _detect_by_shape(payload)
@@ -121,15 +121,15 @@ def _detect_by_shape(payload: dict[str, Any]) -> str | None:
     kind = payload.get("type")
     if isinstance(kind, str):
         if kind.startswith("response.") or "sequence_number" in payload:
-            return "openai-responses"
+            return OpenAIResponsesDialect.name
         if kind in _ANTHROPIC_EVENTS:
-            return "anthropic"
+            return AnthropicDialect.name
     if "choices" in payload or str(payload.get("object", "")).startswith("chat.completion"):
-        return "openai-chat"
+        return OpenAIChatDialect.name
     if any(field in payload for field in _GEMINI_FIELDS):
-        return "gemini"
+        return GeminiDialect.name
     error = payload.get("error")
     if isinstance(error, dict):
         # Google's error objects carry a canonical status name; OpenAI's carry a type
-        return "gemini" if "status" in error else "openai-chat"
+        return GeminiDialect.name if "status" in error else OpenAIChatDialect.name
     return None

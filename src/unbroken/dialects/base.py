@@ -114,6 +114,17 @@ class Dialect(Protocol):
         the proxy answers itself."""
         ...
 
+    def wrap_error(self, error: dict[str, Any]) -> dict[str, Any]:
+        """The payload of a stream frame that carries ``error``, an error object as the
+        provider's SDK reports it (the SDK wrappers read an SDK's exception back as a frame)."""
+        ...
+
+    @staticmethod
+    def usage_request(body: bytes) -> bytes | None:
+        """The streaming request ``body`` rewritten to ask for usage in the stream, or ``None``:
+        the provider reports usage unasked, or this body needs no change."""
+        ...
+
     def frame_bytes(self, payload: dict[str, Any]) -> bytes:
         """The bytes of a frame the proxy writes itself (``proxy_error``'s payload) in this
         provider's framing, as ``load`` reads them back: the JSON text for a text framing."""
@@ -182,6 +193,13 @@ class DialectBase(ABC):
 
     def frame_bytes(self, payload: dict[str, Any]) -> bytes:
         return dumps_compact(payload).encode()
+
+    def wrap_error(self, error: dict[str, Any]) -> dict[str, Any]:
+        return {"error": error}
+
+    @staticmethod
+    def usage_request(body: bytes) -> bytes | None:
+        return None  # most providers report usage in every stream
 
     def events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         try:

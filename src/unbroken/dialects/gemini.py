@@ -5,8 +5,10 @@ Each SSE event (no ``event:`` name) holds one ``GenerateContentResponse``: ``can
 ``promptFeedback.blockReason`` when the prompt itself was blocked (then there are no candidates).
 There is no end sentinel: the finish reason is the only sign of a complete answer, and some models
 put ``finishReason: STOP`` on every chunk, so every finish reason here is provisional
-(``Finish.final=False``): content may still follow it, and the last one stands. Function calls
-arrive whole (``functionCall.args`` is an object), never as argument fragments. Without
+(``Finish.final=False``): content may still follow it, and the last one stands. A function call
+arrives whole (``functionCall.args`` an object, or no args at all), or, with Vertex AI's
+``streamFunctionCallArguments``, as a named part followed by ``partialArgs`` parts until one
+without ``willContinue`` (``gemini_arguments.py`` writes those as JSON text). Without
 ``alt=sse`` the body is one JSON array, which this dialect refuses with a clear ``PayloadError``.
 """
 
@@ -29,6 +31,7 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from .base import DONE, PASS, SSEDialect, count, error_event, finish
+from .gemini_arguments import StreamedArguments
 from .routes import AsksStream, Provider, Route
 
 __all__ = [
@@ -119,12 +122,16 @@ class GeminiDialect(SSEDialect):
         "?alt=sse (streamGenerateContent without it returns one array)"
     )
     ids_when_accepted = True
-    _state = ("_started", "_calls")
+    _state = ("_started", "_calls", "_replaying")
 
     def __init__(self) -> None:
         super().__init__()
         self._calls = 0  # function calls so far: the index of the next one
         self._first_call: dict[int, int] = {}  # seq -> index of that frame's first call
+        self._replaying = False  # parsing a duplicate frame, for the trace only
+        # the call whose arguments are streamed (Vertex partialArgs) and not ended yet
+        self._streamed: StreamedArguments | None = None
+        self._streamed_call: tuple[int, str | None, str | None] = (0, None, None)  # index, id, name
         # Top-level fields are not exclusive: one chunk may hold candidates, usage and feedback.
         self._fields: dict[str, FieldHandler] = {
             key: getattr(self, "_" + value) for key, value in EVENT_TYPES.items() if "/" not in key
@@ -146,6 +153,7 @@ class GeminiDialect(SSEDialect):
     def _rewind(self, seq: int) -> None:
         # a replayed frame numbers its calls as it did the first time
         self._calls = self._first_call.get(seq, self._calls)
+        self._replaying = True
 
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         if payload is DONE:  # not Gemini's, but some relays add it
@@ -249,10 +257,13 @@ class GeminiDialect(SSEDialect):
     def _part_function_call(self, payload: Any, part: Any, seq: int) -> list[Event]:
         call = part["functionCall"] or {}
         self._first_call.setdefault(seq, self._calls)
-        if "partialArgs" in call or call.get("willContinue"):
-            # Vertex's streamed arguments: fragments by JSON path, not text; kept as they are
-            self._calls += "name" in call
-            return [UnknownEvent(seq=seq, type="part/functionCall.partial", raw=payload)]
+        if (self._streamed is not None or not call or "partialArgs" in call
+                or call.get("willContinue") is True):
+            if self._replaying:
+                # the streamed call's state has moved on since this frame first came: parsing
+                # it again would write its arguments twice
+                return [UnknownEvent(seq=seq, type="part/functionCall.partial", raw=payload)]
+            return self._streamed_part(part, call, seq)
         index = self._calls
         self._calls += 1
         args = call.get("args")
@@ -265,6 +276,41 @@ class GeminiDialect(SSEDialect):
                 arguments=dumps_compact(args if args is not None else {}),
             )
         ]
+        signature = part.get("thoughtSignature")
+        if isinstance(signature, str) and signature:
+            out.append(ReasoningDelta(seq=seq, signature=signature))
+        return out
+
+    def _streamed_part(self, part: Any, call: Any, seq: int) -> list[Event]:
+        """A part of a call whose arguments are streamed: it belongs to the open call unless it
+        names another function or id; the call ends at a part without ``willContinue``."""
+        id_, name = call.get("id") or None, call.get("name") or None
+        out: list[Event] = []
+        arguments = self._streamed
+        index, open_id, open_name = self._streamed_call
+        if arguments is not None and (
+            (name is not None and open_name is not None and name != open_name)
+            or (id_ is not None and open_id is not None and id_ != open_id)
+        ):
+            out.append(ToolCallDelta(seq=seq, index=index, arguments=arguments.close()))
+            arguments = self._streamed = None
+        first = arguments is None
+        if arguments is None:
+            if not call:  # the end marker ({}) of a call already ended, or of none
+                return out
+            arguments = self._streamed = StreamedArguments()
+            index = self._calls
+            self._calls += 1
+            self._streamed_call = (index, id_, name)
+        text = "".join([arguments.add(partial) for partial in call.get("partialArgs") or ()])
+        whole = call.get("args")
+        if whole:
+            text += "".join([arguments.add_member(key, value) for key, value in whole.items()])
+        if call.get("willContinue") is not True:
+            text += arguments.close()
+            self._streamed = None
+        if first or text:
+            out.append(ToolCallDelta(seq=seq, index=index, id=id_, name=name, arguments=text))
         signature = part.get("thoughtSignature")
         if isinstance(signature, str) and signature:
             out.append(ReasoningDelta(seq=seq, signature=signature))

@@ -77,6 +77,10 @@ class OpenAIChatDialect(SSEDialect):
     name = "openai-chat"
     route = Route(provider=OPENAI, paths=("/v1/chat/completions",))
 
+    @staticmethod
+    def usage_request(body: bytes) -> bytes | None:
+        return with_usage_requested(body)
+
     def __init__(self) -> None:
         super().__init__()
         self._handlers = self._bind(EVENT_TYPES)

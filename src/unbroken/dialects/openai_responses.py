@@ -124,6 +124,9 @@ class OpenAIResponsesDialect(SSEDialect):
     name = "openai-responses"
     route = Route(provider=OPENAI, paths=("/v1/responses",))
     end_marker = False
+
+    def wrap_error(self, error: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "error", "error": error}
     numbered = True
     resumes_upstream = True
     _state = ("_started", "_saw_tool_call")

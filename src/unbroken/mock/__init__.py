@@ -73,6 +73,9 @@ gemini (``data:`` only, CRLF line ends)::
     T+1      final chunk: finishReason STOP|MAX_TOKENS|SAFETY|MALFORMED_FUNCTION_CALL (error);
              parts [{"text": ""}], or [functionCall] for tool_calls, no content for SAFETY and
              MALFORMED_FUNCTION_CALL. Total T+1.
+    partial_args=1 with tool_calls (Vertex's streamFunctionCallArguments): T+1 names the call
+             (willContinue), T+2 .. T+6 one partialArgs piece each ($.city in two pieces and an
+             empty one, $.unit and an empty one), T+7 the final chunk with functionCall {}.
 
 ollama (NDJSON, Go-style JSON: ``<``, ``>``, ``&`` escaped as ``\\u003c`` ...)::
 
@@ -117,6 +120,8 @@ nothing for Ollama).
 ``delay_ms=M`` pauses before every frame but the first. ``split_utf8=1`` writes each frame in
 several writes (separate HTTP chunks), cut inside each of its multi-byte characters (at varying
 byte positions), or in its middle if it has none, with a 1 ms pause between writes.
+``partial_args=1`` (Gemini only, with ``finish=tool_calls``) streams the tool call's arguments
+as Vertex AI's ``partialArgs`` pieces (see the gemini layout above).
 ``sse_ids=1`` puts ``id: <frame number>`` first in every frame; a POST of the same request with
 ``Last-Event-ID: n`` then streams frames n+1 ... and counts as a resume. ``background: true``
 (Responses) stores the frames; ``GET /v1/responses/{id}?stream=true&starting_after=N`` streams

@@ -19,7 +19,7 @@ from .state import MockState, StoredResponse
 from .wire import Dialect, Framing, Plan, PlannedFrame, encode
 from .wire_anthropic import ANTHROPIC
 from .wire_bedrock import BEDROCK_CONVERSE
-from .wire_gemini import GEMINI, json_array_body
+from .wire_gemini import GEMINI
 from .wire_ollama import OLLAMA, OLLAMA_GENERATE
 from .wire_openai_chat import OPENAI_CHAT
 from .wire_openai_responses import OPENAI_RESPONSES, response_object
@@ -82,6 +82,8 @@ def _check_dialect(scenario: Scenario, dialect: Dialect) -> None:
         raise ScenarioError("finish", f"{dialect.name} cannot express {scenario.finish}")
     if scenario.sse_ids and dialect.framing in (Framing.NDJSON, Framing.EVENT_STREAM):
         raise ScenarioError("sse_ids", f"{dialect.name} is not an SSE stream")
+    if scenario.partial_args and not dialect.partial_args:
+        raise ScenarioError("partial_args", f"{dialect.name} streams no arguments by JSON path")
 
 
 def _check_connection_faults(scenario: Scenario, total: int) -> None:
@@ -146,7 +148,7 @@ class MockApp:
             _check_dialect(scenario, dialect)
             raw, body = await _read_body(request)
             stream = body.get("stream") is True if stream is None else stream
-            background = dialect is OPENAI_RESPONSES and body.get("background") is True
+            background = dialect.background and body.get("background") is True
             # Ids follow the request and the reply, not the faults: a faulty stream and a clean
             # one of the same request differ only where the faults are.
             reply = f"{path}\n{scenario.seed}\n{scenario.tokens}\n{scenario.finish}\n"
@@ -161,6 +163,7 @@ class MockApp:
                 finish=scenario.finish,
                 include_usage=isinstance(options, dict) and options.get("include_usage") is True,
                 background=background,
+                partial_args=scenario.partial_args,
             )
             frames = tuple(apply_data_faults(dialect.stream_frames(plan), dialect, scenario))
             _check_connection_faults(scenario, len(frames))
@@ -183,8 +186,8 @@ class MockApp:
                 return _json(dialect, 200, response_object(plan, "queued", final=False))
             status, whole = dialect.whole_body(plan)
             return _json(dialect, status, whole)
-        if dialect is GEMINI and request.query_params.get("alt") != "sse":
-            return Response(json_array_body(plan), media_type="application/json")
+        if dialect.array_body is not None and request.query_params.get("alt") != "sse":
+            return Response(dialect.array_body(plan), media_type="application/json")
         return _stream(_delivery(frames, dialect, scenario, start_after=0,
                                  first_connection=True), dialect)
 

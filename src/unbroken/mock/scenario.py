@@ -49,6 +49,7 @@ class Scenario:
     status_times: int | None = None
     retry_after: float | None = None
     sse_ids: bool = False
+    partial_args: bool = False
 
 
 def _integer(low: int, high: int) -> Callable[[str], int]:
@@ -112,6 +113,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "status_times": _integer(1, _BIG),
     "retry_after": _seconds,
     "sse_ids": _flag,
+    "partial_args": _flag,
 }
 # A key that only means something together with another one.
 NEEDS = {
@@ -120,6 +122,7 @@ NEEDS = {
     "ping_ms": "pings",
     "status_times": "status",
     "retry_after": "status",
+    "partial_args": "finish",
 }
 
 

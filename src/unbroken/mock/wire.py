@@ -41,6 +41,7 @@ class Plan:
     finish: str
     include_usage: bool = False
     background: bool = False
+    partial_args: bool = False  # stream the tool call's arguments by JSON path (Vertex)
 
     @property
     def text(self) -> str:
@@ -140,3 +141,7 @@ class Dialect:
     error_frame: Callable[[int], PlannedFrame]
     error_body: Callable[[int, str], dict[str, Any]]
     numbered: bool = False  # frames carry the provider's sequence numbers
+    partial_args: bool = False  # can stream a call's arguments by JSON path (``partial_args``)
+    background: bool = False  # a request's ``background: true`` stores the response (Responses)
+    # The whole body of a stream request that did not ask for SSE (Gemini without ?alt=sse).
+    array_body: Callable[[Plan], bytes] | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..dialects.anthropic import AnthropicDialect
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
 from .wire import Dialect, Framing, Plan, PlannedFrame, compact_json
 
@@ -113,7 +114,7 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 ANTHROPIC = Dialect(
-    name="anthropic",
+    name=AnthropicDialect.name,
     framing=Framing.SSE,
     media_type="text/event-stream; charset=utf-8",
     keepalive=b'event: ping\ndata: {"type": "ping"}\n\n',

@@ -12,6 +12,7 @@ import json
 import string
 from typing import Any
 
+from ..dialects.bedrock_converse import BedrockConverseDialect
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
 from .wire import Dialect, Framing, Plan, PlannedFrame, compact_json
 
@@ -87,7 +88,7 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 BEDROCK_CONVERSE = Dialect(
-    name="bedrock-converse",
+    name=BedrockConverseDialect.name,
     framing=Framing.EVENT_STREAM,
     media_type="application/vnd.amazon.eventstream",
     keepalive=b"",  # the event stream has no keep-alive message

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..dialects.gemini import GeminiDialect
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_NAME
 from .wire import Dialect, Framing, Plan, PlannedFrame, spaced_json
 
@@ -49,10 +50,27 @@ def _chunk(plan: Plan, candidate: dict[str, Any], candidates_tokens: int) -> dic
     }
 
 
+# Vertex AI's streamFunctionCallArguments: the call named, then one piece a frame (a string ends
+# with an empty piece), then an empty functionCall with the finish reason.
+STREAMED_CALL: tuple[dict[str, Any], ...] = (
+    {"name": TOOL_NAME, "willContinue": True},
+    {"partialArgs": [{"jsonPath": "$.city", "stringValue": "東京 ", "willContinue": True}],
+     "willContinue": True},
+    {"partialArgs": [{"jsonPath": "$.city", "stringValue": "🌧", "willContinue": True}],
+     "willContinue": True},
+    {"partialArgs": [{"jsonPath": "$.city", "stringValue": ""}], "willContinue": True},
+    {"partialArgs": [{"jsonPath": "$.unit", "stringValue": "celsius", "willContinue": True}],
+     "willContinue": True},
+    {"partialArgs": [{"jsonPath": "$.unit", "stringValue": ""}], "willContinue": True},
+)
+
+
 def _final_candidate(plan: Plan, parts: list[dict[str, Any]]) -> dict[str, Any]:
     candidate: dict[str, Any] = {}
     if plan.finish not in ("content_filter", "error"):
-        if plan.finish == "tool_calls":
+        if plan.finish == "tool_calls" and plan.partial_args:
+            parts = [*parts, {"functionCall": {}}]
+        elif plan.finish == "tool_calls":
             parts = [*parts, {"functionCall": {"name": TOOL_NAME,
                                                "args": json.loads(TOOL_ARGUMENTS)}}]
         candidate["content"] = {"parts": parts, "role": "model"}
@@ -69,6 +87,12 @@ def _chunks(plan: Plan) -> list[dict[str, Any]]:
                number)
         for number, delta in enumerate(plan.deltas, start=1)
     ]
+    if plan.finish == "tool_calls" and plan.partial_args:
+        chunks += [
+            _chunk(plan, {"content": {"parts": [{"functionCall": part}], "role": "model"},
+                          "index": 0}, len(plan.deltas))
+            for part in STREAMED_CALL
+        ]
     parts = [] if plan.finish == "tool_calls" else [{"text": ""}]
     chunks.append(_chunk(plan, _final_candidate(plan, parts), len(plan.deltas)))
     return chunks
@@ -97,12 +121,14 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 GEMINI = Dialect(
-    name="gemini",
+    name=GeminiDialect.name,
     framing=Framing.SSE_CRLF,
     media_type="text/event-stream",
     keepalive=b": keep-alive\r\n\r\n",
     dumps=spaced_json,
     finishes=frozenset(FINISH_REASONS),
+    partial_args=True,
+    array_body=json_array_body,
     stream_frames=stream_frames,
     whole_body=whole_body,
     error_frame=error_frame,

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ..dialects.ollama import OllamaDialect
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_NAME
 from .wire import Dialect, Framing, Plan, PlannedFrame, go_json
 
@@ -114,7 +115,7 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 OLLAMA = Dialect(
-    name="ollama",
+    name=OllamaDialect.name,
     framing=Framing.NDJSON,
     media_type="application/x-ndjson",
     keepalive=b"",

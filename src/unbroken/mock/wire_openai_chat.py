@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..dialects.openai_chat import OpenAIChatDialect
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
 from .wire import CREATED, Dialect, Framing, Plan, PlannedFrame, compact_json
 
@@ -139,7 +140,7 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 OPENAI_CHAT = Dialect(
-    name="openai-chat",
+    name=OpenAIChatDialect.name,
     framing=Framing.SSE,
     media_type="text/event-stream; charset=utf-8",
     keepalive=b": keep-alive\n\n",

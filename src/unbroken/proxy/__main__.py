@@ -3,6 +3,7 @@
 ``main(argv)`` parses the flags and serves the proxy under uvicorn until interrupted; the
 ``unbroken proxy`` command calls the same function. ``--cors-origin ORIGIN`` (repeatable) lets
 pages of that web origin call the proxy from a browser; without it there are no CORS headers.
+``--workers N`` serves with N processes on the port (``workers.py``).
 """
 
 from __future__ import annotations
@@ -10,15 +11,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import socket
 import sys
 from collections.abc import Sequence
 
 from ..streams.journal import journal_for, shown_store
 from .app import create_app
 from .config import DEFAULT_ORIGINS, PROVIDERS, ProxyConfig, cors_origin, parse_duration
-from .shutdown import serve
+from .shutdown import FLUSH_MARGIN_S, serve
+from .workers import MEMORY_REFUSED, listening, supervise, watch_parent
 
 EXIT_JOURNAL = 4  # as the CLI's network failures: the journal's store cannot be reached
+EXIT_LISTEN = 4  # as the CLI's network failures: a port of --workers cannot be bound
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -104,6 +108,15 @@ def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
                              "call the proxy; repeatable (default: none, same origin only)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"))
+    parser.add_argument("--workers", type=_count, default=1, metavar="N",
+                        help="serve with N processes on the port, sharing the journal "
+                             "(sqlite or redis; default 1)")
+    parser.add_argument("--worker-ports", type=_count, metavar="BASE",
+                        help="with --workers: worker i also listens alone on port BASE+i "
+                             "(its own /metrics and /healthz)")
+    # A worker started by the parent: the listening sockets it inherits (not for users).
+    parser.add_argument("--worker-socket", type=int, action="append", default=[],
+                        dest="worker_sockets", help=argparse.SUPPRESS)
     return parser
 
 
@@ -140,10 +153,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args)
     except ValueError as error:
         parser.error(str(error))
+    if args.worker_sockets:  # a worker of ``--workers``: the parent checked the journal
+        watch_parent()
+        sockets = [socket.socket(fileno=fd) for fd in args.worker_sockets]
+        serve(create_app(config), host=args.host, port=args.port, log_level=args.log_level,
+              sockets=sockets)
+        return 0
+    if args.workers > 1 and config.store == "memory://":
+        parser.error(MEMORY_REFUSED)
     failure = asyncio.run(journal_failure(config))
     if failure is not None:
         print(f"unbroken: {failure}", file=sys.stderr)
         return EXIT_JOURNAL
+    if args.workers > 1:
+        try:
+            per_worker = listening(args.host, args.port, args.workers, args.worker_ports)
+        except OSError as error:
+            print(f"unbroken: cannot listen on {args.host}: {error.strerror or error}",
+                  file=sys.stderr)
+            return EXIT_LISTEN
+        return supervise(per_worker, list(argv if argv is not None else sys.argv[1:]),
+                         log_level=args.log_level,
+                         stop_after=config.shutdown_grace + FLUSH_MARGIN_S)
     serve(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
     return 0
 

@@ -20,7 +20,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..dialects import get_dialect
-from ..dialects.openai_chat import with_usage_requested
 from ..finish import Status
 from ..resumption import STREAM_TOKEN_HEADER
 from ..streams.access import credential_hash, new_stream_id, new_stream_token, secret_hash
@@ -217,8 +216,7 @@ class Launcher:
         if refused is not None:
             return self.refuse(refused, endpoint.dialect), None
         origin = self.config.origin(endpoint.provider)
-        asking = (with_usage_requested(body)
-                  if endpoint.dialect == "openai-chat" and self.config.request_usage else None)
+        asking = endpoint.spec.usage_request(body) if self.config.request_usage else None
         upstream = UpstreamRequest(
             url=origin + target(request),
             headers=request_headers(request.headers.items(), identity=True),

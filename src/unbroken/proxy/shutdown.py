@@ -11,6 +11,7 @@ readers still receive before uvicorn's own timeout (set a little later) closes a
 from __future__ import annotations
 
 import gc
+import socket
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -23,9 +24,9 @@ from .request_head import BoundedHeadProtocol
 if TYPE_CHECKING:
     from .app import ProxyApp
 
-__all__ = ["DrainingServer", "freeze_startup_heap", "serve"]
+__all__ = ["FLUSH_MARGIN_S", "DrainingServer", "freeze_startup_heap", "serve"]
 
-_FLUSH_MARGIN_S = 2.0  # after the grace: time for the last error frames to reach readers
+FLUSH_MARGIN_S = 2.0  # after the grace: time for the last error frames to reach readers
 
 
 class DrainingServer(uvicorn.Server):
@@ -40,8 +41,10 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: Starlette, *, host: str, port: int, log_level: str) -> None:
-    """Run the proxy app until a signal, then drain it."""
+def serve(app: Starlette, *, host: str, port: int, log_level: str,
+          sockets: list[socket.socket] | None = None) -> None:
+    """Run the proxy app until a signal, then drain it; ``sockets``: listen on these (bound
+    by the parent of ``--workers``) instead of ``host:port``."""
     proxy: ProxyApp = app.state.proxy
     config = proxy.config
     server_config = uvicorn.Config(
@@ -50,12 +53,12 @@ def serve(app: Starlette, *, host: str, port: int, log_level: str) -> None:
         port=port,
         log_level=log_level,
         log_config=log_config(log_level),
-        timeout_graceful_shutdown=int(config.shutdown_grace + _FLUSH_MARGIN_S + 0.999),
+        timeout_graceful_shutdown=int(config.shutdown_grace + FLUSH_MARGIN_S + 0.999),
         timeout_keep_alive=max(1, round(config.idle_close)),
         http=BoundedHeadProtocol,
     )
     freeze_startup_heap()
-    DrainingServer(server_config, proxy).run()
+    DrainingServer(server_config, proxy).run(sockets=sockets)
 
 
 def freeze_startup_heap() -> None:

@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..dialects import DIALECT_NAMES, Dialect, find_dialect, get_dialect
+from ..dialects import Dialect, find_dialect
+from ..dialects.openai_chat import OpenAIChatDialect
 from ..errors import StreamError
 from ..framing import SSE, Framing
 from ..resumption import PROXY_DOMAIN, ProxyMark, event_id_prefix, proxy_error, proxy_mark
@@ -159,4 +160,5 @@ def error_body(dialect: str | None, status: int, message: str) -> dict[str, Any]
 def _shaper(dialect: str | None) -> Dialect:
     """Whose error shape the proxy's frame or body takes: the provider's, else the OpenAI one
     (no dialect: ``GET /v1/streams``; an app stream of ``unbroken.server`` in the journal)."""
-    return get_dialect(dialect if dialect in DIALECT_NAMES else "openai-chat")
+    found = find_dialect(dialect) if dialect is not None else None
+    return (found or OpenAIChatDialect)()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Awaitable, Iterable
 from typing import Any, Final, Protocol, TypeVar, overload
 
-from ..dialects import get_dialect
+from ..dialects.anthropic import AnthropicDialect
 from .openai import _as_dict
 from .tracked import AsyncTrackedStream, TrackedStream
 
@@ -40,7 +40,7 @@ class AnthropicAdapter:
     expect_end_marker = True
 
     def __init__(self) -> None:
-        self.dialect: Any = get_dialect("anthropic")
+        self.dialect = AnthropicDialect()
 
     def dialect_for(self, payload: dict[str, Any]) -> Any:
         return self.dialect

@@ -23,7 +23,7 @@ import inspect
 from collections.abc import AsyncIterable, Iterable
 from typing import Any, Final, TypeVar, overload
 
-from ..dialects import get_dialect
+from ..dialects.gemini import GeminiDialect
 from .tracked import AsyncTrackedStream, TrackedStream, is_sdk_error, refuse_unawaited
 
 __all__ = ["GeminiAdapter", "from_gemini"]
@@ -39,7 +39,7 @@ class GeminiAdapter:
     expect_end_marker = False
 
     def __init__(self) -> None:
-        self.dialect: Any = get_dialect("gemini")
+        self.dialect = GeminiDialect()
 
     def dialect_for(self, payload: dict[str, Any]) -> Any:
         return self.dialect

@@ -18,7 +18,7 @@ import inspect
 from collections.abc import AsyncIterable, Iterable
 from typing import Any, TypeVar, overload
 
-from ..dialects import get_dialect
+from ..dialects.ollama import OllamaDialect
 from .tracked import AsyncTrackedStream, TrackedStream, is_sdk_error, refuse_unawaited
 
 __all__ = ["OllamaAdapter", "from_ollama"]
@@ -30,7 +30,7 @@ class OllamaAdapter:
     expect_end_marker = True
 
     def __init__(self) -> None:
-        self.dialect: Any = get_dialect("ollama")
+        self.dialect = OllamaDialect()
 
     def dialect_for(self, payload: dict[str, Any]) -> Any:
         return self.dialect

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Iterable
 from typing import Any, TypeVar, overload
 
-from ..dialects import get_dialect
+from ..dialects import Dialect
+from ..dialects.openai_chat import OpenAIChatDialect
+from ..dialects.openai_responses import OpenAIResponsesDialect
 from .tracked import AsyncTrackedStream, TrackedStream
 
 __all__ = ["OpenAIAdapter", "from_openai"]
@@ -25,13 +27,13 @@ class OpenAIAdapter:
     expect_end_marker = False
 
     def __init__(self) -> None:
-        self.dialect: Any = None
+        self.dialect: Dialect | None = None
 
-    def dialect_for(self, payload: dict[str, Any]) -> Any:
+    def dialect_for(self, payload: dict[str, Any]) -> Dialect:
         if self.dialect is None:
             kind = payload.get("type")
             responses = isinstance(kind, str) and (kind.startswith("response.") or kind == "error")
-            self.dialect = get_dialect("openai-responses" if responses else "openai-chat")
+            self.dialect = OpenAIResponsesDialect() if responses else OpenAIChatDialect()
         return self.dialect
 
     def payload(self, obj: Any) -> dict[str, Any] | None:
@@ -41,9 +43,7 @@ class OpenAIAdapter:
         body = getattr(exc, "body", None)
         if not isinstance(body, dict):
             return None
-        if self.dialect is not None and self.dialect.name == "openai-responses":
-            return {"type": "error", "error": body}
-        return {"error": body}
+        return (self.dialect or OpenAIChatDialect()).wrap_error(body)
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:

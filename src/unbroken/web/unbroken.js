@@ -45,7 +45,9 @@ export class UnbrokenStream extends EventTarget {
     this.options = { ...DEFAULTS, ...options };
     this.text = "";
     this.reasoning = "";
-    this.toolCalls = [];    // [{ index, id, name, arguments }] by index
+    this.toolCalls = [];    // [{ index, id, name, arguments }] in the order they began
+    this._callById = new Map();
+    this._callAtIndex = new Map(); // the latest call at each index
     this.lastSeq = this.options.after;
     this.duplicates = 0;    // frames dropped because their seq was already committed
     this.connections = 0;
@@ -249,13 +251,31 @@ export class UnbrokenStream extends EventTarget {
     this._progress = true;
     if (value.text) this.text += value.text;
     if (value.reasoning) this.reasoning += value.reasoning;
-    for (const call of value.tool_calls ?? []) {
-      const known = this.toolCalls[call.index] ??= { index: call.index, id: null, name: null, arguments: "" };
-      known.id = call.id ?? known.id;
-      known.name = call.name ?? known.name;
-      known.arguments += call.arguments;
-    }
+    for (const call of value.tool_calls ?? []) this._addToolCall(call);
     this.dispatchEvent(new Event("change"));
+  }
+
+  // A delta belongs to the call its id names, else to the latest call at its index; a new id at
+  // an index another call holds is a call of its own (Ollama gives parallel calls index 0).
+  // The same rule as the Python reader's (tool_calls.py).
+  _addToolCall(call) {
+    const id = call.id ?? null;
+    let known = id === null ? undefined : this._callById.get(id);
+    if (known === undefined) {
+      known = this._callAtIndex.get(call.index);
+      if (known !== undefined && id !== null && known.id !== null && known.id !== id) known = undefined;
+    }
+    if (known === undefined) {
+      known = { index: call.index, id: null, name: null, arguments: "" };
+      this.toolCalls.push(known);
+      this._callAtIndex.set(call.index, known);
+    }
+    if (id !== null && known.id === null) {
+      known.id = id;
+      this._callById.set(id, known);
+    }
+    known.name ??= call.name ?? null;
+    known.arguments += call.arguments;
   }
 }
 
@@ -264,8 +284,9 @@ function invalidDelta(value) {
     if (key in value && typeof value[key] !== "string") return `"${key}" is not a string`;
   }
   if ("tool_calls" in value && !(Array.isArray(value.tool_calls) && value.tool_calls.every(
-    (call) => Number.isInteger(call?.index) && call.index >= 0 && typeof call.arguments === "string"))) {
-    return `"tool_calls" is not a list of {index, arguments}`;
+    (call) => Number.isInteger(call?.index) && call.index >= 0 && typeof call.arguments === "string"
+      && ["id", "name"].every((key) => !(key in call) || typeof call[key] === "string")))) {
+    return `"tool_calls" is not a list of {index, id?, name?, arguments}`;
   }
   return null;
 }

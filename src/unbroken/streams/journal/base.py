@@ -10,11 +10,13 @@ transaction; a backend may fold the appends of many streams into one group commi
 storage, then the live tail as it lands, woken by an in-process notification (``LiveTail``),
 never by sleep-polling.
 
-Several processes: the memory and SQLite journals follow only streams produced in their own
-process (``follows_other_processes`` is false: a reader of another process's stream gets what is
-stored). ``RedisJournal`` is shared by replicas: its ``follow`` blocks on Redis for a stream
-produced elsewhere, hands a stream whose producer's lease ran out to ``on_orphan``, and carries
-cancel requests to the producing replica (``request_cancel`` -> ``on_cancel``).
+Several processes: the memory journal follows only streams produced in its own process
+(``follows_other_processes`` is false: a reader of another process's stream gets what is
+stored). The SQLite journal (processes of one host on one file) and ``RedisJournal`` (replicas)
+are shared: their ``follow`` serves the live tail of a stream produced elsewhere (``SharedFollow``,
+``shared_follow.py``), hands a stream whose producer's lease ran out or whose holder died to
+``on_orphan``, and carries cancel requests to the producing process (``request_cancel`` ->
+``on_cancel``).
 
 The values it stores and returns (``StreamMeta``, ``StreamState``, ``FrameRecord``, ...) are in
 ``records.py``, re-exported here. Nothing secret is ever stored: credentials and stream tokens

@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from typing import Final
 
-__all__ = ["known_dead", "new_owner"]
+__all__ = ["known_dead", "local_pid", "new_owner"]
 
 _PROC: Final = Path("/proc")
 
@@ -91,3 +91,14 @@ def known_dead(owner: str) -> bool:
     except OSError:
         return False
     return False
+
+
+def local_pid(owner: str) -> int | None:
+    """The pid of the process holding leases as ``owner``, if it runs on this host (so this
+    process can reach it, e.g. by a Unix socket); ``None`` otherwise."""
+    _name, at, where = owner.rpartition("@")
+    host, _, rest = where.partition("/")
+    pid_text = rest.partition("/")[0]
+    if not at or host != _HOST or not pid_text.isdigit():
+        return None
+    return int(pid_text)

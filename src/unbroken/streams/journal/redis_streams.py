@@ -13,7 +13,7 @@ after its ``Last-Event-ID``, then the live tail, with no upstream request.
   its ends stream: woken by Redis itself when frames or the end land, never by sleep-polling.
   A reader idle for a while checks the stream's producer lease; an expired one is handed to
   ``on_orphan`` (the proxy's recovery, which marks the stream interrupted with an error frame).
-  Both live in ``redis_follow.py`` (``RedisFollow``, which ``RedisJournal`` inherits).
+  The loop is ``shared_follow.py`` (one for SQLite and Redis), the Redis watch ``redis_follow.py``.
 - ``request_cancel`` publishes on a channel every replica listens to; the one producing the
   stream stops it (``on_cancel``), so the producer itself writes the cancelled end.
 - ``list_streams`` walks sorted sets of ids by creation time that ``CREATE`` and ``PURGE``

@@ -2,9 +2,10 @@
 
 Writes are group-committed on the event loop's own thread: every append made while the loop
 handled one round of ready sockets is queued, and one transaction, run at the start of the next
-round (or, under load, when the 1 ms commit window since the last commit has passed), commits
-them all, across streams, then wakes the callers. No thread hand-off sits on
-the hot path: with the GIL, a hop to a writer thread and back costs more than the commit, whose
+round (or, under load, when the commit window since the last commit has passed: 1 ms, widened
+up to 8 ms while commits cost more than a tenth of it), commits them all, across streams, then
+wakes the callers. No thread hand-off sits on the hot path: with the GIL, a hop to a writer
+thread and back costs more than the commit, whose
 ``synchronous=NORMAL`` in WAL mode is a ``write()`` to the log and no ``fsync``. The one slow
 thing SQLite does, the checkpoint (which does ``fsync``), is taken off the loop: automatic
 checkpoints are off and a background thread runs a passive checkpoint every second. Reads use
@@ -12,7 +13,7 @@ their own connection; in WAL mode readers never block the writer, nor it them. T
 group commit (``GroupCommit``) and the checkpoint thread (``Checkpointer``) are in
 ``sqlite_commit.py``; when a commit runs, and whom it wakes, is decided here.
 
-Schema (``PRAGMA user_version`` = 5; older files are upgraded in one transaction when opened;
+Schema (``PRAGMA user_version`` = 6; older files are upgraded in one transaction when opened;
 the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
 
     streams(stream_id PK, dialect, created, updated, status, finish_reason, raw_finish_reason,
@@ -25,6 +26,12 @@ the DDL, the upgrades and the row mapping are in ``sqlite_schema.py``)::
     UNIQUE INDEX frames_by_stream ON frames (stream_id, seq)                  -- version 3
     INDEX streams_created (created, stream_id), streams_by_credential         -- version 5
           (credential_hash, created, stream_id): listings, newest first
+    claims(key PK, claimer, expires)            -- version 6: idempotency keys being created
+
+Several processes on one file (``unbroken proxy --workers N``, or apps of ``unbroken.server``):
+a reader follows a stream another process produces (``SharedFollow``), woken by that process's
+notices after each commit (``sqlite_notices.py``); a cancel is carried to the producer the same
+way. Only processes of one host can: the pid in the stream's lease names the producer.
 
 ``read_only=True`` opens an existing file only to read it (``unbroken streams``): no writer, no
 checkpointer, no upgrade, nothing created.
@@ -33,6 +40,7 @@ checkpointer, no upgrade, nothing created.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import time
@@ -40,10 +48,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ...finish import END_STATES
-from .base import Journal
+from .holder import local_pid
 from .listing import StreamQuery
 from .records import FrameRecord, Lease, StreamMeta, StreamRecord, StreamState, Tombstone
+from .shared_follow import SharedFollow, Watch
 from .sqlite_commit import Checkpointer, GroupCommit, Write
+from .sqlite_notices import CommitNotices, NoticeWatch
 from .sqlite_schema import (
     SCHEMA_VERSION,
     STREAM_COLUMNS,
@@ -59,10 +69,16 @@ from .sqlite_schema import (
 __all__ = ["SCHEMA_VERSION", "SQLiteJournal"]
 
 CHECKPOINT_EVERY: Final = 1.0  # seconds between passive checkpoints (off the event loop)
-COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window
+COMMIT_WINDOW: Final = 0.001  # seconds: under load, at most one group commit per window ...
+# ... which widens, up to COMMIT_WINDOW_MAX, to keep group commits to about COMMIT_SHARE of the
+# loop's time: a commit costs ~0.13 ms however few rows it holds (~12 µs more per frame), so
+# many slow streams committed every millisecond pay it for 2-3 frames each.
+COMMIT_SHARE: Final = 0.1
+COMMIT_WINDOW_MAX: Final = 0.008
+_CLOSE_BUSY_MS: Final = 1000  # the last checkpoint waits this long for other processes at most
 
 
-class SQLiteJournal(Journal):
+class SQLiteJournal(SharedFollow):
     """Streams and frames in one SQLite file (WAL); survives a restart of the proxy."""
 
     def __init__(self, path: str, *, tail_frames: int = 256,
@@ -78,8 +94,15 @@ class SQLiteJournal(Journal):
         self._checkpointer: Checkpointer | None = None
         self._batch: GroupCommit | None = None  # what the next group commit holds
         self._commit_window = commit_window
+        self._window = commit_window  # the current one (see COMMIT_SHARE)
         self._last_flush = float("-inf")
         self._written: dict[str, StreamState] = {}  # the state last written, per live stream
+        self._notices = CommitNotices(path, live=self._tails.__contains__,
+                                      on_cancel=self._cancel_here)
+
+    def _cancel_here(self, stream_id: str) -> None:
+        if self.on_cancel is not None:
+            self.on_cancel(stream_id)
 
     async def open(self) -> None:
         if self.read_only:
@@ -91,11 +114,13 @@ class SQLiteJournal(Journal):
         self._reader = connect(self.path, read_only=True)
         self._checkpointer = Checkpointer(self.path, self._checkpoint_every)
         self._checkpointer.start()
+        await self._notices.serve()
         await super().open()
 
     async def close(self) -> None:
         if self._batch is not None:
             self._flush()
+        await self._notices.close()
         if self._checkpointer is not None:
             await asyncio.to_thread(self._checkpointer.stop)
             self._checkpointer = None
@@ -103,7 +128,11 @@ class SQLiteJournal(Journal):
             self._reader.close()
             self._reader = None
         if self._writer is not None:
-            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # Bounded: another process on the file (``--workers``) may hold it; it checkpoints
+            # on its own, so a busy file is left as it is.
+            self._writer.execute(f"PRAGMA busy_timeout = {_CLOSE_BUSY_MS}")
+            with contextlib.suppress(sqlite3.OperationalError):
+                self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._writer.close()
             self._writer = None
         await super().close()
@@ -121,7 +150,7 @@ class SQLiteJournal(Journal):
             batch = self._batch = GroupCommit(loop.create_future())
             # Right away after a quiet spell; under load at most one commit per window, so a
             # busy proxy makes few large transactions instead of one per frame.
-            due = self._last_flush + self._commit_window
+            due = self._last_flush + self._window
             if loop.time() >= due:
                 loop.call_soon(self._flush)
             else:
@@ -143,6 +172,7 @@ class SQLiteJournal(Journal):
             return
         self._last_flush = asyncio.get_running_loop().time()
         started = time.perf_counter()
+        cpu = time.thread_time()
         try:
             if self._writer is None:
                 raise RuntimeError("the journal closed")
@@ -151,11 +181,15 @@ class SQLiteJournal(Journal):
             if not batch.future.cancelled():
                 batch.future.set_exception(error)
             return
+        # The commit's own CPU (not its wall time, which a busy machine stretches).
+        self._window = min(COMMIT_WINDOW_MAX, max(
+            self._commit_window, (time.thread_time() - cpu) / COMMIT_SHARE))
         self.commits += 1
         if self.observer is not None:
             self.observer.committed(time.perf_counter() - started)
         for stream_id, frames, state in batch.appends:
             self._landed(stream_id, frames, state)
+        self._notices.landed(batch.appends)
         if not batch.future.cancelled():
             batch.future.set_result(results)
 
@@ -163,6 +197,63 @@ class SQLiteJournal(Journal):
         if self._reader is None:
             raise RuntimeError("the journal is not open")
         return read(self._reader)
+
+    # -- other processes ----------------------------------------------------------------------
+
+    async def _watch(self, stream_id: str) -> Watch | None:
+        record = await self.get(stream_id, with_text=False)
+        if record is None:
+            return None
+        lease = None if record.state.ended else await self.lease(stream_id)
+        watch = NoticeWatch(self._notices, stream_id,
+                            None if lease is None else local_pid(lease.owner),
+                            ended=record.state.ended)
+        await watch.start()
+        return watch
+
+    def release(self, stream_id: str) -> None:
+        super().release(stream_id)
+        self._notices.gone(stream_id)
+
+    async def claim_idempotent(self, idempotency_hash: str, claimer: str, ttl: float,
+                               replacing: str | None = None) -> bool:
+        """As ``Journal.claim_idempotent``, across the processes on this file: held by
+        ``claimer`` unless another holds it unexpired, or a stream made with the key exists
+        (other than ``replacing``)."""
+        def write(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            made = conn.execute(
+                "SELECT stream_id FROM streams WHERE idempotency_hash = ? "
+                "ORDER BY created DESC LIMIT 1", (idempotency_hash,)).fetchone()
+            if made is not None and made[0] != replacing:
+                return False
+            held = conn.execute("SELECT claimer, expires FROM claims WHERE key = ?",
+                                (idempotency_hash,)).fetchone()
+            if held is not None and held[0] != claimer and held[1] > now:
+                return False
+            conn.execute("INSERT OR REPLACE INTO claims (key, claimer, expires) "
+                         "VALUES (?, ?, ?)", (idempotency_hash, claimer, now + ttl))
+            return True
+
+        held: bool = await self._write(write)
+        return held
+
+    async def release_idempotent(self, idempotency_hash: str, claimer: str) -> None:
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM claims WHERE key = ? AND claimer = ?",
+                         (idempotency_hash, claimer))
+
+        await self._write(write)
+
+    async def request_cancel(self, stream_id: str) -> bool:
+        """Ask the process of this host that produces the stream to cancel it."""
+        lease = await self.lease(stream_id)
+        pid = None if lease is None else local_pid(lease.owner)
+        link = None if pid is None else await self._notices.link(pid)
+        if link is None:
+            return False
+        link.send("x" + stream_id)
+        return True
 
     # -- storage ------------------------------------------------------------------------------
 
@@ -241,6 +332,7 @@ class SQLiteJournal(Journal):
             ).fetchall()
             gone = [(stream_id,) for (stream_id,) in old if stream_id not in keep]
             conn.execute("DELETE FROM tombstones WHERE expired_at < ?", (older_than,))
+            conn.execute("DELETE FROM claims WHERE expires < ?", (now,))
             conn.executemany(
                 "INSERT OR REPLACE INTO tombstones (stream_id, token_hash, credential_hash, "
                 "expired_at) SELECT stream_id, token_hash, credential_hash, ? FROM streams "

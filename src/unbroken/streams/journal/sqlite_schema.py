@@ -10,7 +10,9 @@ appends its rows to one end of the table and touches N small index pages, where 
 NULL for the frames of an upgraded file, read back as ``0.0``: unknown). Version 5 adds the
 listing's indexes (``Journal.list_streams``, newest first): ``streams_created`` on ``(created,
 stream_id)`` and ``streams_by_credential`` on ``(credential_hash, created, stream_id)``, so that
-a page is a walk down one index (a status filter is checked on the rows walked). ``prepare``
+a page is a walk down one index (a status filter is checked on the rows walked). Version 6
+adds ``claims``: an idempotency key reserved by one process's create for a while, so that
+processes sharing the file (``--workers``) start one stream per key. ``prepare``
 creates a file or upgrades it in place, in one transaction; ``connect_existing`` opens a file
 only to read it (the ``unbroken streams`` command: no file made, no upgrade).
 """
@@ -41,9 +43,15 @@ __all__ = [
     "stream_row",
 ]
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 READABLE_FROM: Final = 4  # the oldest schema the read-only opening reads (frames with times)
 SCHEMA: Final = """
+-- version 6: an idempotency key claimed by one process's create, until it expires
+CREATE TABLE IF NOT EXISTS claims (
+    key TEXT PRIMARY KEY,
+    claimer TEXT NOT NULL,
+    expires REAL NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS streams (
     stream_id TEXT PRIMARY KEY,
     dialect TEXT NOT NULL,
