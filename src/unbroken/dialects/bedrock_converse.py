@@ -12,7 +12,8 @@ random length (so that sizes do not reveal the text); it says nothing and is ign
 
 Exceptions are retryable when the service says to try again (``throttlingException``,
 ``serviceUnavailableException``, ``modelStreamErrorException``, ``modelTimeoutException``) and
-for its own failures (``internalServerException``, HTTP 500): design.md's "server errors".
+for its own failures (``internalServerException``, HTTP 500), as server errors are for every
+provider.
 """
 
 from __future__ import annotations
