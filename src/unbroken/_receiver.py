@@ -167,6 +167,11 @@ class StreamReceiver:
                 self._decoder = self._new_decoder(self.dialect.framing)
 
     @property
+    def frames_seen(self) -> int:
+        """Frames received on this stream so far, over every connection of it."""
+        return self._frames_seen
+
+    @property
     def seq_source(self) -> str | None:
         """How this stream's frames are numbered (fixed by the first frame); held by the
         message, whose gap check needs it too."""

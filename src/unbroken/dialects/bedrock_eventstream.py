@@ -46,7 +46,7 @@ EXCEPTIONS: Final[Mapping[str, bool]] = {
 }
 """Every documented exception type: whether trying again may succeed."""
 
-_MODEL_PATH: Final = re.compile(r"/model/[^/]+/(?P<method>[a-z-]+)")
+_MODEL_PATH: Final = re.compile(r"/model/(?P<model>[^/]+)/(?P<method>[a-z-]+)")
 _MESSAGE_TYPE: Final = ":message-type"
 
 # How the service ends a stream it cannot finish; boto3 raises it as EventStreamError.
@@ -78,6 +78,7 @@ class BedrockEventStreamDialect(DialectBase):
 
     framing = EVENT_STREAM
     media_type = "application/vnd.amazon.eventstream"
+    genai_provider = "aws.bedrock"
 
     def load(self, frame: Any) -> Any:
         """The payload's JSON object (``{}`` when there is none, as in an ``error`` message)."""
