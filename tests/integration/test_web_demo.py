@@ -34,7 +34,7 @@ def test_the_proxy_serves_the_module(mock_server: str) -> None:
 
 
 def test_demo_web_serves_the_page_and_streams() -> None:
-    env = {**os.environ, "COLUMNS": "200"}
+    env = {**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"}
     demo = subprocess.Popen(
         [sys.executable, "-m", "unbroken", "demo", "--web"], stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, text=True)
@@ -67,7 +67,19 @@ def test_demo_web_serves_the_page_and_streams() -> None:
     finally:
         demo.send_signal(signal.SIGINT)
         try:
-            assert demo.wait(timeout=30) == 0
+            try:
+                assert demo.wait(timeout=30) == 0
+            except subprocess.TimeoutExpired:
+                # Seen once in CI under heavy load: dump every thread's stack (faulthandler on
+                # SIGABRT) so the failure says where the shutdown waits.
+                demo.send_signal(signal.SIGABRT)
+                try:
+                    out = demo.communicate(timeout=10)[0]
+                except subprocess.TimeoutExpired:
+                    demo.kill()
+                    out = demo.communicate(timeout=10)[0]
+                raise AssertionError("the demo did not stop within 30 s of SIGINT:\n"
+                                     + out[-12000:]) from None
         finally:
             if demo.poll() is None:
                 demo.kill()
