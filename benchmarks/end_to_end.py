@@ -15,6 +15,11 @@ microseconds per event (frame), time to first delta, ratios to the floor, and th
 at two body sizes (flat means linear). Every peer's text and finish reason are checked.
 
     python benchmarks/end_to_end.py [--deltas 20000] [--small 2000] [--repeat 3]
+
+``--otel`` measures instead what OpenTelemetry costs ``unbroken.stream`` (over the same mock
+transport): CPU seconds per frame with ``unbroken.telemetry`` off and on (the SDK's tracer with
+a batch processor and a discarding exporter, its meter with an in-memory reader), runs
+interleaved, and the ratio.
 """
 
 from __future__ import annotations
@@ -334,6 +339,73 @@ def anthropic_text_peer(chunks: list[bytes]) -> Run:
     return "".join(parts), "stop" if reason == "end_turn" else reason, first
 
 
+def client_peer(dialect: str) -> Callable[[list[bytes]], Run]:
+    """``unbroken.stream`` over an in-process transport (what telemetry hooks into)."""
+    import unbroken
+
+    def run(chunks: list[bytes]) -> Run:
+        start = time.perf_counter()
+        first = 0.0
+        with sdk_transport(chunks) as http, unbroken.stream(
+            "POST", "http://test/v1/chat/completions", dialect=dialect, client=http,
+            json={"model": "gpt-4.1", "stream": True}, trace=False,
+        ) as s:
+            for _text in s.iter_text():
+                if not first:
+                    first = time.perf_counter() - start
+        message = s.message
+        reason = message.finish_reason.value if message.finish_reason else None
+        return message.text, reason, first
+
+    return run
+
+
+def otel_cost(deltas: int, repeat: int) -> None:
+    """CPU per frame of ``unbroken.stream`` with telemetry off and on, interleaved."""
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    from unbroken import telemetry
+
+    class Discard(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Discard()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    makers = {"openai-chat": chat_body, "anthropic": anthropic_body}
+    print(f"unbroken.stream, {deltas} deltas per body, {READ_SIZE}-byte reads, trace off; "
+          f"CPU (process_time) per frame, best of {repeat} interleaved runs")
+    print(f"{'dialect':<12} {'otel off us':>12} {'otel on us':>11} {'on/off':>7}")
+    for dialect, maker in makers.items():
+        parts = words(deltas)
+        body = maker(parts)
+        chunks, expected = reads(body), "".join(parts)
+        run = client_peer(dialect)
+        best = {False: float("inf"), True: float("inf")}
+        for _ in range(repeat):
+            for on in (False, True):
+                if on:
+                    telemetry.instrument(tracer_provider=tracer_provider,
+                                         meter_provider=meter_provider)
+                cpu = time.process_time()
+                text, reason, _first = run(chunks)
+                used = time.process_time() - cpu
+                telemetry.uninstrument()
+                if (text, reason) != (expected, "stop"):
+                    raise SystemExit(f"{dialect}: wrong result {text[:40]!r}… / {reason!r}")
+                best[on] = min(best[on], used / frames(body) * 1e6)
+        print(f"{dialect:<12} {best[False]:>12.2f} {best[True]:>11.2f} "
+              f"{best[True] / best[False]:>7.3f}")
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+
 # -- harness ---------------------------------------------------------------------------------
 
 
@@ -411,7 +483,12 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=2_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--stdlib-json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--otel", action="store_true",
+                        help="CPU per frame of unbroken.stream with OpenTelemetry off and on")
     args = parser.parse_args()
+    if args.otel:
+        otel_cost(args.deltas, max(args.repeat, 5))
+        return
     if args.stdlib_json:  # the child run: unbroken with the standard json module only
         sys.modules["orjson"] = None  # type: ignore[assignment]
         print(json.dumps(table(args.deltas, args.small, args.repeat, unbroken_only=True)))

@@ -27,7 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from framing import (
+from unbroken import SSEDecoder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, from anywhere
+from benchmarks.framing import (
     anthropic_body,
     chat_body,
     fixed_reads,
@@ -36,8 +39,6 @@ from framing import (
     random_reads,
     responses_body,
 )
-
-from unbroken import SSEDecoder
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMING = "src/unbroken/framing"

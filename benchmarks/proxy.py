@@ -39,6 +39,11 @@ at half the SQLite proxy's highest rate (added: minus the upstream read directly
 growth per live stream over ``--live`` (1,000) slow streams on a fresh process. ``--quick``
 keeps it to a few minutes.
 
+``--otel`` measures only what OpenTelemetry costs the proxy: three proxies in front of one
+mock, ``unbroken.telemetry`` off in two (their spread shows the machine's noise) and on in the
+third (the SDK's tracer with a batch processor and a discarding exporter, its meter with an
+in-memory reader), CPU per frame of each, rounds interleaved, and the ratio.
+
 ``--journal redis`` runs the proxies on ``RedisJournal`` against a redis-server this script
 starts on 127.0.0.1 (its CPU is not in the proxy's figures; it runs on the same two cores).
 
@@ -184,6 +189,7 @@ def serve(argv: list[str]) -> None:
     parser.add_argument("--skip-answered", action="store_true",
                         help="proxy: skip the journal write that follows the upstream's answer "
                              "(the benchmark's stand-in for a proxy without write-ahead)")
+    parser.add_argument("--otel", default="0")
     args = parser.parse_args(argv)
     import uvicorn
 
@@ -212,9 +218,56 @@ def serve(argv: list[str]) -> None:
         app = proxy_app(ProxyConfig(origins=origins, store=args.store))
         if args.skip_answered:
             skip_answered(app)
+        if args.otel == "1":
+            instrument_discarding()
         freeze_startup_heap()  # as `unbroken proxy` does
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", loop=args.loop,
                 http=args.http, access_log=False)
+
+
+def instrument_discarding() -> None:
+    """``unbroken.telemetry`` on, through the OpenTelemetry SDK, its spans exported nowhere."""
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    from unbroken import telemetry
+
+    class Discard(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Discard()))
+    telemetry.instrument(tracer_provider=tracer_provider,
+                         meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+
+def otel_report(options: argparse.Namespace, tokens: int) -> None:
+    """CPU per frame of the proxy with telemetry off and on, interleaved rounds."""
+    rounds = 3 if options.quick else 7
+    tokens *= 2  # CPU time is read in clock ticks (10 ms): longer rounds, finer figures
+    print(f"\nOpenTelemetry: proxy CPU us/frame, openai-chat from the mock, 8 streams of "
+          f"{tokens} deltas, best of {rounds} interleaved rounds")
+    with tempfile.TemporaryDirectory() as tmp, start("mock", options) as mock, \
+            start("proxy", options, upstream=mock.url,
+                  store=f"sqlite:///{Path(tmp) / 'off'}.db") as off, \
+            start("proxy", options, upstream=mock.url, otel="1",
+                  store=f"sqlite:///{Path(tmp) / 'on'}.db") as on, \
+            start("proxy", options, upstream=mock.url,
+                  store=f"sqlite:///{Path(tmp) / 'again'}.db") as again:
+        best = {"off": float("inf"), "on": float("inf"), "off again": float("inf")}
+        for _ in range(rounds):
+            for name, server in (("off", off), ("on", on), ("off again", again)):
+                _rate, cpu, _streams = best_rate(server, server.url, tokens, (8,))
+                best[name] = min(best[name], cpu)
+        off_best = min(best["off"], best["off again"])
+        print(f"   otel off {best['off']:.1f} / {best['off again']:.1f} (two proxies)  "
+              f"otel on {best['on']:.1f}  on/off {best['on'] / off_best:.3f}  "
+              f"(target <= 1.05)")
 
 
 # -- process handling ---------------------------------------------------------------------------
@@ -468,6 +521,8 @@ def main() -> None:
                       help="live slow streams held for the memory figure")
     load.add_argument("--no-pending", dest="pending", action="store_false",
                       help="leave out the proxy without its answered write (write-ahead's cost)")
+    parser.add_argument("--otel", action="store_true",
+                        help="only the proxy's CPU per frame with OpenTelemetry off and on")
     options = parser.parse_args()
     if options.scenario == "load":
         options.journal = options.journal or "both"
@@ -481,6 +536,9 @@ def main() -> None:
     if options.journal == "both":
         parser.error("the fast scenario runs on one journal: sqlite or redis")
     tokens = 300 if options.quick else 2000
+    if options.otel:
+        otel_report(options, tokens)
+        return
     levels = (1, 8) if options.quick else (1, 8, 32)
     print(f"loop={options.loop} http={options.http} journal={options.journal} "
           f"tokens/stream={tokens} cpus={os.cpu_count()}")

@@ -7,6 +7,12 @@ so their work is not in this process's CPU time. Every peer POSTs the same opena
 - ``raw``: ``iter_raw`` of the body with a plain ``httpx2.Client`` / with ``http_client()``;
 - ``sdk``: the openai SDK reading the stream over each of those two clients (what an app runs).
 
+A second plain raw peer (``raw httpx2 A/A``) measures the noise: two identical clients should
+give 1.00, and how far they do not is how far the other ratios can be trusted. A third sends an
+``Idempotency-Key`` as the transport does (the proxy's keyed path changes how the body arrives:
+``http_client()`` against it is the transport's own cost); and ``own`` is ``ProxiedBody`` alone
+over one stream's reads as the plain client got them, without the I/O.
+
 Peers run interleaved, in alternating order, ``--repeat`` rounds, each a fresh stream, after a
 ``gc.collect()``; the best (least disturbed) run of each is reported as process CPU µs per
 frame, with the transport's ratio to its peer. No faults: this is the price of being ready to
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import secrets
 import socket
 import subprocess
 import sys
@@ -31,7 +38,9 @@ import httpx2
 import openai
 
 from unbroken import http_client
+from unbroken.client.proxied_body import ProxiedBody
 from unbroken.mock import reply_text
+from unbroken.resumption import IDEMPOTENCY_KEY, STREAM_ID_HEADER
 
 PATH = "/v1/chat/completions"
 BODY = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
@@ -79,9 +88,10 @@ def peers(base: str, tokens: int) -> dict[str, Peer]:
     content = json.dumps(BODY).encode()
     plain, resuming = httpx2.Client(timeout=60), http_client(timeout=60)
 
-    def raw(client: httpx2.Client) -> Peer:
+    def raw(client: httpx2.Client, keyed: bool = False) -> Peer:
         def run() -> int:
-            with client.stream("POST", url, content=content, headers=headers) as response:
+            sent = {**headers, IDEMPOTENCY_KEY: f"ub-{secrets.token_hex(16)}"} if keyed else headers
+            with client.stream("POST", url, content=content, headers=sent) as response:
                 assert response.status_code == 200
                 return sum(len(chunk) for chunk in response.iter_raw())
 
@@ -105,7 +115,30 @@ def peers(base: str, tokens: int) -> dict[str, Peer]:
         return run
 
     return {"raw httpx2": raw(plain), "raw http_client()": raw(resuming),
+            "raw httpx2 A/A": raw(plain), "raw httpx2 keyed": raw(plain, keyed=True),
             "sdk httpx2": sdk(plain), "sdk http_client()": sdk(resuming)}
+
+
+def recorded(base: str, tokens: int) -> tuple[str, list[bytes]]:
+    """One stream's stream id and its body's reads, as a plain client got them."""
+    headers = {"Unbroken-Mock": f"tokens={tokens}", "authorization": f"Bearer {KEY}"}
+    with httpx2.Client(timeout=60) as client, client.stream(
+        "POST", base + PATH, content=json.dumps(BODY).encode(), headers=headers
+    ) as response:
+        return response.headers[STREAM_ID_HEADER], list(response.iter_raw())
+
+
+def cutting(stream_id: str, reads: list[bytes]) -> Peer:
+    """The transport's own work on those reads, without the I/O (``ProxiedBody``)."""
+
+    def run() -> int:
+        body = ProxiedBody(stream_id, ndjson=False)
+        for chunk in reads:
+            body.receive(chunk)
+        assert body.receive_eof()
+        return body.seq
+
+    return run
 
 
 def main() -> None:
@@ -120,8 +153,9 @@ def main() -> None:
         runs = peers(proxy, tokens)
         seen = {name: run() for name, run in runs.items()}  # warm up, and check alike
         assert seen["raw httpx2"] == seen["raw http_client()"], seen
-        best = dict.fromkeys(runs, float("inf"))
-        order = list(runs.items())
+        reads = recorded(proxy, tokens)
+        order = [*runs.items(), ("own", cutting(*reads))]
+        best = {name: float("inf") for name, _ in order}
         for _ in range(options.repeat):
             order.reverse()  # neither peer of a pair always runs first
             for name, run in order:
@@ -136,6 +170,14 @@ def main() -> None:
         base, through = per_frame[f"{kind} httpx2"], per_frame[f"{kind} http_client()"]
         print(f"  {kind:<4} httpx2 {base:7.2f}   http_client() {through:7.2f}   "
               f"ratio {through / base:.3f}   (+{through - base:.2f} µs/frame)")
+    print(f"  own  ProxiedBody alone over one stream's reads as the plain client got them "
+          f"({len(reads[1])}): {per_frame['own']:.3f} µs/frame")
+    keyed = per_frame["raw httpx2 keyed"]
+    print(f"  key  httpx2 {keyed:7.2f} with an Idempotency-Key as http_client() sends: "
+          f"http_client() / it {per_frame['raw http_client()'] / keyed:.3f}")
+    again = per_frame["raw httpx2 A/A"]
+    print(f"  A/A  httpx2 {per_frame['raw httpx2']:7.2f}   httpx2        {again:7.2f}   "
+          f"ratio {again / per_frame['raw httpx2']:.3f}   (noise: the same client twice)")
 
 
 if __name__ == "__main__":

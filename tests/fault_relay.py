@@ -190,6 +190,7 @@ class _Connection:
         self.target = target
         self.lock = threading.Lock()
         self.closed = False
+        self.ended: set[Direction] = set()  # directions that forward nothing more
         self.fresh = True  # no exchange yet
         self.responded = False
         self.pumps: dict[Direction, _Pump] = {"response": _Pump("response"),
@@ -283,8 +284,20 @@ class _Connection:
         except OSError:
             keep_open = pump.half_closed
         finally:
-            if not keep_open:
+            if keep_open:
+                self._ended(direction)
+            else:
                 self.close(reset=False)
+
+    def _ended(self, direction: Direction) -> None:
+        """One direction forwards nothing more (its EOF passed on, or half-closed) while the
+        other may go on; once both have ended, nothing can, and the connection is closed (else
+        it would stay open, and counted, with no thread left to close it)."""
+        with self.lock:
+            self.ended.add(direction)
+            both = len(self.ended) == 2
+        if both:
+            self.close(reset=False)
 
     def _forward(self, pump: _Pump, data: bytes, destination: socket.socket) -> str | None:
         """Forward ``data``, applying the faults that fall in it; why the pump ends, if it does."""

@@ -25,7 +25,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, NamedTuple
 
-from .dialects import DIALECTS, Dialect, detect_dialect, get_dialect, sniff_dialect
+from .dialects import (
+    DIALECTS,
+    Dialect,
+    detect_dialect,
+    get_dialect,
+    sniff_dialect,
+    sniff_framing,
+)
 from .errors import (
     DecodingError,
     EventTooLargeError,
@@ -158,6 +165,11 @@ class StreamReceiver:
             self._configure_message()
             if self.dialect.json_array_body is None:  # else look first: a JSON array, or not
                 self._decoder = self._new_decoder(self.dialect.framing)
+
+    @property
+    def frames_seen(self) -> int:
+        """Frames received on this stream so far, over every connection of it."""
+        return self._frames_seen
 
     @property
     def seq_source(self) -> str | None:
@@ -392,8 +404,9 @@ class StreamReceiver:
             dialect = self.dialect = sniff_dialect(first)
             if dialect is not None:
                 self._configure_message()
+        # a framing several dialects share (Bedrock's): its first frame tells the dialect
         decoder = self._decoder = self._new_decoder(
-            dialect.framing if dialect is not None else None
+            dialect.framing if dialect is not None else sniff_framing(first)
         )
         return decoder
 

@@ -129,6 +129,9 @@ UNDOCUMENTED: dict[str, str] = {
     "bedrock-converse": "AWS documents the events' JSON, never a binary body: the framing is "
     "checked against AWS's event-stream test vectors (test_eventstream_vectors) and boto3 reads "
     "the same encoder's bytes (test_bedrock_boto3)",
+    "bedrock-invoke": "AWS documents a chunk's shape (PayloadPart.bytes), never a binary body: "
+    "the bodies wrap Anthropic's documented events as Bedrock does, and boto3 reads the mock's "
+    "(tests/integration/test_bedrock_invoke.py)",
 }
 
 

@@ -2,7 +2,9 @@
 
 Bodies are written as the proxy sends them (``id: <stream_id>:<n>``, a keep-alive comment with
 no blank line after it, the notice without an id); each is fed whole, one byte at a time and
-split at every point, and must give the same bytes and seq.
+split at every point, and must give the same bytes and seq. Numbered frames in the proxy's form
+are cut by byte searches (``NumberedBlocks``), the rest by the decoders: both routes are fed
+here, and a body that moves from one to the other mid-way.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from unbroken.client import proxied_body
+from unbroken.client.numbered_blocks import NumberedBlocks
 from unbroken.client.proxied_body import ProxiedBody, ResumeMismatch
-from unbroken.framing import SSEDecoder
+from unbroken.framing import DEFAULT_MAX_EVENT_SIZE, SSEDecoder
 
 SID = "ub_0123456789abcdef01234567"
 
@@ -218,3 +222,126 @@ def test_invalid_utf8_is_the_sdks_to_judge() -> None:
     frame = b"id: " + SID.encode() + b":1\ndata: \xff\xfe\n\n"
     assert state.receive(frame) == frame
     assert (state.seq, state.receive_eof()) == (1, True)
+
+
+# -- numbered frames cut by byte searches ------------------------------------------------------
+
+
+class _NoDecoding:
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("a body in the proxy's own form was decoded")
+
+
+def test_a_body_in_the_proxys_form_is_cut_without_decoding_a_frame(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(proxied_body, "SSEDecoder", _NoDecoding)
+    body = b"retry: 1000\n" + b"".join(FRAMES) + sse(4, "x", event="message_stop")
+    for chunks in splits(body):
+        state = ProxiedBody(SID, ndjson=False)
+        pieces = feed(state, chunks)
+        assert b"".join(pieces) == body
+        assert len(pieces) <= len(chunks)  # at most one piece per read
+        whole_frames(pieces)
+        assert (state.seq, state.progressed, state.receive_eof()) == (4, True, True)
+    state = ProxiedBody(SID, ndjson=False)
+    state.receive(FRAMES[0])
+    state.resumed()  # the POST had ids: a resume's frames pass as they come, uncut
+    assert state.receive(b"retry: 1000\n" + FRAMES[1] + FRAMES[2]) == (
+        b"retry: 1000\n" + FRAMES[1] + FRAMES[2])
+    assert (state.seq, state.receive_eof()) == (3, True)
+
+
+def test_one_read_of_many_frames_is_one_piece_with_the_last_seq() -> None:
+    frames = [sse(n, f'{{"n":{n}}}') for n in range(1, 501)]
+    state = ProxiedBody(SID, ndjson=False)
+    body = b"".join(frames)
+    assert state.receive(body + frames[0][:7]) == body  # (and the start of one more)
+    assert (state.seq, state.last_event_id, state.receive_eof()) == (500, f"{SID}:500", False)
+
+
+def test_an_id_inside_a_data_line_is_data() -> None:
+    frame = sse(1, f'{{"t":"id: {SID}:7"}}')
+    state = ProxiedBody(SID, ndjson=False)
+    assert state.receive(frame) == frame
+    assert state.seq == 1
+
+
+def test_cr_line_ends_after_lf_frames_go_to_the_decoder_mid_body() -> None:
+    crlf = sse(2, '{"t":"b"}').replace(b"\n", b"\r\n")
+    body = FRAMES[0] + crlf + sse(3, "[DONE]")
+    for chunks in splits(body):
+        state = ProxiedBody(SID, ndjson=False)
+        pieces = feed(state, chunks)
+        assert b"".join(pieces) == body
+        whole_frames(pieces)
+        assert (state.seq, state.receive_eof()) == (3, True)
+
+
+def test_a_bom_after_the_first_frame_is_no_bom_of_the_body() -> None:
+    # Only a body's first bytes can be a BOM: here it starts the second block's first field
+    # name, so that block has no id and, at the end, is held as an unnumbered frame.
+    later = b"\xef\xbb\xbf" + sse(2, "x")
+    for chunks in splits(FRAMES[0] + later):
+        state = ProxiedBody(SID, ndjson=False)
+        assert b"".join(feed(state, chunks)) == FRAMES[0]
+        assert (state.seq, state.receive_eof(), state.give_up()) == (1, False, later)
+
+
+def test_a_leading_bom_is_the_bodys_own() -> None:
+    body = b"\xef\xbb\xbf" + FRAMES[0] + FRAMES[2].replace(b":3\n", b":2\n")
+    for chunks in splits(body):
+        state = ProxiedBody(SID, ndjson=False)
+        assert b"".join(feed(state, chunks)) == body
+        assert (state.seq, state.receive_eof()) == (2, True)
+
+
+def test_a_read_whose_first_frame_skips_a_seq_is_an_error_naming_both() -> None:
+    state = ProxiedBody(SID, ndjson=False)
+    assert state.receive(FRAMES[0]) == FRAMES[0]
+    with pytest.raises(ResumeMismatch) as caught:
+        state.receive(sse(3, "x"))
+    assert (caught.value.expected, caught.value.got, state.seq) == (f"{SID}:2", f"{SID}:3", 1)
+
+
+def test_a_frame_over_the_size_limit_makes_the_body_opaque() -> None:
+    state = ProxiedBody(SID, ndjson=False)
+    assert state.receive(FRAMES[0]) == FRAMES[0]
+    head = b"id: " + SID.encode() + b":2\ndata: "
+    piece = b"x" * 2**20
+    pieces = DEFAULT_MAX_EVENT_SIZE // len(piece)
+    out = [state.receive(head)] + [state.receive(piece) for _ in range(pieces - 1)]
+    assert b"".join(out) == b""  # the frame in progress is held, up to the limit
+    last = state.receive(piece)  # past it: the decoder refuses it, all of it goes on as is
+    assert last == head + piece * pieces
+    assert state.receive(b"\n\n") == b"\n\n"
+    assert (state.seq, state.receive_eof()) == (1, True)
+
+
+NUMBERED = NumberedBlocks(SID)
+
+
+@pytest.mark.parametrize(("run", "after", "seq"), [
+    (sse(1, "a"), 0, 1),
+    (b"retry: 1000\n" + sse(1, "a", event="e") + b": keep-alive\n" + sse(2, "b"), 0, 2),
+    (sse(5, "a") + NOTICE + sse(6, "b"), 4, 6),  # an unnumbered block between: passed on
+    (sse(1, "a") + sse(2, "b") + sse(3, "c"), 0, 3),
+    (b"\n" + sse(1, "a"), 0, 1),  # a blank line first
+])
+def test_last_seq_of_a_run_in_the_proxys_form(run: bytes, after: int, seq: int) -> None:
+    assert NUMBERED.last_seq(run, after) == seq
+
+
+@pytest.mark.parametrize(("run", "after"), [
+    (sse(2, "a"), 0),  # not the next seq
+    (sse(1, "a") + NOTICE, 0),  # the run ends in an unnumbered block
+    (NOTICE + sse(1, "a"), 0),  # it starts with one
+    (b"id: ub_other:1\ndata: a\n\n", 0),  # another stream
+    (sse(None, f'{{"t":"x\\nid: {SID}:1"}}'), 0),  # an id only inside data
+    (sse(1, "a") + sse(None, "b").replace(b"data", b"id: " + SID.encode() + b":2x\ndata"), 0),
+    (sse(1, "a") + sse(0, "b"), 0),  # the last seq goes back
+    (sse(1, "a") + b"\n", 0),  # a blank line last: the decoder's to read
+    (b"data: a\n\n", 0),
+    (sse(7, "a").replace(b":7\n", b":007\n"), 6),  # not as the proxy writes a seq
+])
+def test_last_seq_is_none_for_anything_else(run: bytes, after: int) -> None:
+    assert NUMBERED.last_seq(run, after) is None

@@ -18,7 +18,8 @@ from unbroken.framing import JSONLine, ServerSentEvent
 
 def test_names() -> None:
     assert DIALECT_NAMES == (
-        "openai-chat", "openai-responses", "anthropic", "gemini", "ollama", "bedrock-converse"
+        "openai-chat", "openai-responses", "anthropic", "gemini", "ollama", "bedrock-converse",
+        "bedrock-invoke",
     )
     assert DIALECT_NAMES == tuple(cls.name for cls in DIALECTS)
     assert [provider.name for provider in PROVIDERS] == [
@@ -27,9 +28,10 @@ def test_names() -> None:
 
 
 def test_a_body_is_told_by_its_first_byte_only_where_one_framing_starts_so() -> None:
-    ollama, bedrock = sniff_dialect(ord("{")), sniff_dialect(0)
+    ollama = sniff_dialect(ord("{"))
     assert ollama is not None and ollama.name == "ollama"
-    assert bedrock is not None and bedrock.name == "bedrock-converse"
+    # Bedrock's two operations share the event stream: its first message tells them apart
+    assert sniff_dialect(0) is None
     assert sniff_dialect(ord("d")) is None  # "data:": SSE, told by the first frame
 
 
@@ -42,6 +44,7 @@ def test_a_body_is_told_by_its_first_byte_only_where_one_framing_starts_so() -> 
         ("gemini", "sse", "text/event-stream"),
         ("ollama", "ndjson", "application/x-ndjson"),
         ("bedrock-converse", "eventstream", "application/vnd.amazon.eventstream"),
+        ("bedrock-invoke", "eventstream", "application/vnd.amazon.eventstream"),
     ],
 )
 def test_each_dialect(name: str, framing: str, media_type: str) -> None:
@@ -54,7 +57,8 @@ def test_each_dialect(name: str, framing: str, media_type: str) -> None:
 def test_unknown_name_lists_the_valid_ones(name: str) -> None:
     with pytest.raises(
         ValueError,
-        match="openai-chat, openai-responses, anthropic, gemini, ollama, bedrock-converse",
+        match="openai-chat, openai-responses, anthropic, gemini, ollama, bedrock-converse, "
+        "bedrock-invoke",
     ):
         get_dialect(name)
 

@@ -25,12 +25,13 @@ BLOCKED = [
     "httpcore2",
     "httpx",
     "httpx2",
+    "opentelemetry",
     "selectors",
     "socket",
     "threading",
 ]
 CLOCKS = ["datetime", "time"]
-IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk", "server", "streams", "web"]
+IO_LAYERS = ["cli", "client", "mock", "proxy", "sdk", "server", "streams", "telemetry", "web"]
 REQUIRED = ["unbroken.errors", "unbroken.events", "unbroken.finish", "unbroken.framing"]
 OPTIONAL = [
     "unbroken.dialects",

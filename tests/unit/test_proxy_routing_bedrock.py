@@ -69,3 +69,31 @@ def test_the_services_own_exception_fails_the_message_as_retryable() -> None:
     assert isinstance(message.error, ProviderError)
     assert (message.error.event.type, message.error.retryable) == ("internalServerException", True)
     assert message.error.event.message == "unbroken proxy: not ours, no mark"
+
+
+INVOKE = Endpoint(provider="bedrock", dialect="bedrock-invoke")
+
+
+def test_invoke_model_with_response_stream_routes_to_its_own_dialect() -> None:
+    path = "/model/anthropic.claude-3-haiku-20240307-v1%3A0/invoke-with-response-stream"
+    assert endpoint_for("POST", path, {}) == INVOKE
+    assert wants_stream(INVOKE, b'{"anthropic_version": "bedrock-2023-05-31"}', {}) is True
+    assert INVOKE.streams_as("application/vnd.amazon.eventstream") is True
+    assert INVOKE.streams_as("application/json") is False
+    # InvokeModel itself answers whole: the provider's, passed through
+    assert endpoint_for("POST", "/model/m/invoke", {}) == Endpoint(provider="bedrock")
+    assert endpoint_for("GET", "/model/m/invoke-with-response-stream", {}) == Endpoint(
+        provider="bedrock")
+    # Converse is still Converse
+    assert endpoint_for("POST", "/model/m/converse-stream", {}) == STREAM
+
+
+def test_invokes_cut_response_ends_with_the_same_exception_message() -> None:
+    mark = ProxyMark(code="upstream_interrupted", status="interrupted", resumable=False,
+                     message="unbroken proxy: the upstream broke")
+    frame = error_frame("bedrock-invoke", 5, mark)
+    assert frame.data == error_frame("bedrock-converse", 5, mark).data
+    assert proxy_error_message("bedrock-invoke", frame) == "unbroken proxy: the upstream broke"
+    message = parse([frame.data], dialect="bedrock-invoke")
+    assert message.status is Status.INTERRUPTED
+    assert isinstance(message.error, ProxyInterrupted)

@@ -18,6 +18,7 @@ import httpx2
 from ..errors import StreamError, StreamTimeout
 from ..events import Event, TextDelta
 from ..message import Message
+from ..telemetry import Observation
 from .opening import open_session
 from .policy import ResumeMode, Retry
 from .session import StreamSession
@@ -44,6 +45,11 @@ class AsyncStream:
     @property
     def connections(self) -> int:
         return self._session.connections
+
+    @property
+    def observation(self) -> Observation | None:
+        """This stream's telemetry, ``None`` when off (``unbroken.telemetry``)."""
+        return self._session.observation
 
     def __aiter__(self) -> AsyncIterator[Event]:
         if self._events is None:

@@ -11,7 +11,7 @@ again) or in another task never shares a key. A request without that header is a
 from __future__ import annotations
 
 import hashlib
-import uuid
+import secrets
 from contextvars import ContextVar
 
 import httpx2
@@ -20,6 +20,7 @@ __all__ = ["IDEMPOTENCY_HEADER", "RETRY_COUNT_HEADER", "keyed"]
 
 IDEMPOTENCY_HEADER = "idempotency-key"
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
+_IDEMPOTENCY, _RETRY_COUNT = IDEMPOTENCY_HEADER.encode(), RETRY_COUNT_HEADER.encode()
 _REMEMBERED = 16  # first attempts remembered per context (a retry follows its call at once)
 
 # (fingerprint, key) pairs of this context's latest first attempts, newest last. Immutable:
@@ -31,8 +32,16 @@ _keys: ContextVar[tuple[tuple[bytes, str], ...]] = ContextVar("unbroken_idempote
 def keyed(request: httpx2.Request) -> bool:
     """Give a POST with a JSON body in memory its ``Idempotency-Key`` (unless it has one);
     True if it has one now. Uploads and streamed bodies are left alone, unread."""
-    if request.method != "POST" or IDEMPOTENCY_HEADER in request.headers:
-        return request.method == "POST" and IDEMPOTENCY_HEADER in request.headers
+    if request.method != "POST":
+        return False
+    # One pass over the raw headers: every Headers lookup scans them all (this runs per call).
+    retry = b""
+    for name, value in request.headers.raw:
+        name = name.lower()
+        if name == _IDEMPOTENCY:
+            return True
+        if name == _RETRY_COUNT:
+            retry = value
     if not isinstance(request.stream, httpx2.ByteStream):
         return False
     body = request.content
@@ -43,17 +52,12 @@ def keyed(request: httpx2.Request) -> bool:
         digest_size=16,
     ).digest()
     remembered = _keys.get()
-    if _retry_count(request) > 0:
+    if retry.isdigit() and int(retry) > 0:
         for known, key in reversed(remembered):
             if known == fingerprint:
                 request.headers[IDEMPOTENCY_HEADER] = key
                 return True
-    key = f"ub-{uuid.uuid4().hex}"
+    key = f"ub-{secrets.token_hex(16)}"
     _keys.set((*remembered[-(_REMEMBERED - 1):], (fingerprint, key)))
     request.headers[IDEMPOTENCY_HEADER] = key
     return True
-
-
-def _retry_count(request: httpx2.Request) -> int:
-    value = request.headers.get(RETRY_COUNT_HEADER, "")
-    return int(value) if value.isascii() and value.isdigit() else 0

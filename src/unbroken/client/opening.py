@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import telemetry
+from ..dialects import find_dialect
 from .capture import CaptureWriter
 from .policy import Deadlines, ResumeMode, Retry
 from .session import StreamSession
@@ -72,4 +74,6 @@ def open_session(
         trace=trace,
         started=started,
         capture=writer,
+        observation=telemetry.observe("client", dialect=find_dialect(dialect), url=url,
+                                      body=body, started=started),
     )

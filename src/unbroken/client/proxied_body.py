@@ -2,10 +2,14 @@
 the seq of the last one passed on, and the proxy's notice held back.
 
 No I/O here: the transport feeds each connection's bytes in (the POST's, then each resume's) and
-passes on what comes back. A frame is cut by the project's decoders (``SSEDecoder``,
-``NDJSONDecoder``) at the byte offset they have dispatched up to, so the bytes handed on are the
-proxy's own, never half a frame or half a character. The seq of a frame is its id
-(``<stream_id>:<n>``) or, in a body without ids (Ollama's NDJSON, a Gemini POST), its position.
+passes on what comes back: per read, one piece holding every frame it completes, so the bytes
+handed on are the proxy's own, never half a frame or half a character. Numbered SSE frames in
+the proxy's form are cut by byte searches over the whole read (``numbered_blocks``), with no
+object per frame; anything else (the first read that is not that form, NDJSON, a body without
+ids, a resume rewritten to the POST's form) by the project's decoders (``SSEDecoder``,
+``NDJSONDecoder``) at the byte offset they have dispatched up to, for the rest of that
+connection. The seq of a frame is its id (``<stream_id>:<n>``) or, in a body without ids
+(Ollama's NDJSON, a Gemini POST), its position.
 
 A resume (``GET /v1/streams/{id}/events``) always answers SSE with ids. Its frames are handed on
 in the POST's own form: verbatim if the POST carried ids, else without ``id:``/``retry:`` lines
@@ -22,14 +26,17 @@ from .._jsonparse import loads
 from ..dialects.gemini import GeminiDialect
 from ..dialects.ollama import OllamaDialect
 from ..errors import StreamError
-from ..framing import JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
+from ..framing import DEFAULT_MAX_EVENT_SIZE, JSONLine, NDJSONDecoder, ServerSentEvent, SSEDecoder
 from ..resumption import PROXY_DOMAIN, event_id, event_id_prefix, parse_event_id, proxy_mark
+from .numbered_blocks import BLOCK_END, NumberedBlocks
 
 __all__ = ["ProxiedBody", "ResumeMismatch"]
 
 # The proxy's mark in a body without ids is read by its dialect (resumption.proxy_mark).
 _GEMINI = GeminiDialect()
 _OLLAMA = OllamaDialect()
+_CR = 0x0D
+_BOM = b"\xef\xbb\xbf"
 
 
 class ResumeMismatch(httpx2.RemoteProtocolError):
@@ -47,8 +54,8 @@ class ResumeMismatch(httpx2.RemoteProtocolError):
 class ProxiedBody:
     """State of one proxied body across its connections."""
 
-    __slots__ = ("_buf", "_decoder", "_frames", "_held", "_ids", "_ndjson", "_notice",
-                 "_opaque", "_prefix", "_resumed", "seq", "stream_id")
+    __slots__ = ("_blocks", "_buf", "_decoder", "_frames", "_held", "_ids", "_midway",
+                 "_ndjson", "_notice", "_opaque", "_prefix", "_resumed", "seq", "stream_id")
 
     def __init__(self, stream_id: str, *, ndjson: bool, after: int = 0) -> None:
         self.stream_id = stream_id
@@ -56,6 +63,7 @@ class ProxiedBody:
         # POST itself asked to continue with ``Last-Event-ID``.
         self.seq = after
         self._prefix = event_id_prefix(stream_id)
+        self._blocks = NumberedBlocks(stream_id)
         self._ndjson = ndjson
         self._ids: bool | None = None  # whether the POST's frames carry ids; fixed by its first
         self._held = b""  # an unnumbered error frame: the proxy's notice if the body ends here
@@ -63,10 +71,11 @@ class ProxiedBody:
         self._frames = 0  # frames handed on by the current connection
         self._resumed = False
         self._opaque = False  # the decoder refused the bytes: hand them on as they come
-        self._buf = bytearray()
-        # Frames are handed on as raw bytes, so invalid UTF-8 is the SDK's to judge.
-        self._decoder: SSEDecoder | NDJSONDecoder = (
-            NDJSONDecoder() if ndjson else SSEDecoder(errors="replace"))
+        self._buf = bytearray()  # bytes of the current connection not yet handed on
+        # None: the connection's reads are cut by byte searches (self._buf is the frame in
+        # progress); else the decoder that has read self._buf, until the connection ends.
+        self._decoder: SSEDecoder | NDJSONDecoder | None = NDJSONDecoder() if ndjson else None
+        self._midway = False  # the byte searches have handed on bytes of this connection
 
     @property
     def progressed(self) -> bool:
@@ -84,7 +93,8 @@ class ProxiedBody:
         if self._held:
             # Never handed on now: a journaled frame comes again, numbered, from the resume.
             self._notice, self._held = self._held, b""
-        self._decoder = SSEDecoder(errors="replace")
+        self._decoder = None
+        self._midway = False
         self._buf.clear()
         self._frames = 0
         self._resumed = True
@@ -94,6 +104,19 @@ class ProxiedBody:
         if self._opaque:
             return chunk
         decoder = self._decoder
+        if decoder is None:
+            # Numbered frames (or a POST's first, which may be), nothing held: byte searches.
+            numbered = self._ids or (self._ids is None and not self._resumed)
+            if numbered and not self._held and (out := self._cut(chunk)) is not None:
+                return out
+            # The decoder takes the connection from here, at the start of the frame in progress.
+            decoder = self._decoder = self._new_decoder()
+            if self._buf:
+                chunk = bytes(self._buf) + chunk
+                self._buf.clear()
+        return self._decoded(decoder, chunk)
+
+    def _decoded(self, decoder: SSEDecoder | NDJSONDecoder, chunk: bytes) -> bytes:
         base = decoder.bytes_dispatched
         try:
             frames: list[Any] = decoder.receive_data(chunk)
@@ -127,7 +150,7 @@ class ProxiedBody:
         stopped inside a frame or on the proxy's notice: the body is to be resumed."""
         if self._opaque:
             return True
-        if self._decoder.bytes_received != self._decoder.bytes_dispatched:
+        if self._buf:  # inside a frame (or a BOM)
             return False
         return not self._held
 
@@ -139,6 +162,48 @@ class ProxiedBody:
         return held
 
     # -- frames ---------------------------------------------------------------------------------
+
+    def _cut(self, chunk: bytes) -> bytes | None:
+        """The whole numbered frames that ``chunk`` completes, found by byte searches; ``None``
+        (nothing changed) if the read is not in the proxy's form or is near the size limit:
+        the decoder reads it."""
+        buf = self._buf
+        if _CR in chunk:
+            return None
+        at = chunk.rfind(BLOCK_END)
+        if at >= 0:
+            end = at + len(BLOCK_END)
+        elif buf and buf[-1] == 0x0A and chunk[:1] == b"\n":
+            end = 1  # the blank line's LF begins this read
+        elif not buf and chunk[:1] == b"\n":
+            return None  # a blank line at a block start: a block of its own
+        else:  # no block ends in this read
+            if len(buf) + len(chunk) > DEFAULT_MAX_EVENT_SIZE:
+                return None  # the decoder refuses it
+            buf += chunk
+            return b""
+        if buf:
+            run = b"".join((buf, memoryview(chunk)[:end]))
+        else:
+            run = chunk if end == len(chunk) else chunk[:end]
+        rest = len(chunk) - end
+        if len(run) > DEFAULT_MAX_EVENT_SIZE or rest > DEFAULT_MAX_EVENT_SIZE:
+            return None
+        seq = self._blocks.last_seq(run, self.seq)
+        if seq is None:
+            return None
+        buf[:] = memoryview(chunk)[end:]
+        self._ids = True
+        self._midway = True
+        self._advance(seq)
+        return run
+
+    def _new_decoder(self) -> SSEDecoder:
+        # Frames are handed on as raw bytes, so invalid UTF-8 is the SDK's to judge.
+        decoder = SSEDecoder(errors="replace")
+        if self._midway:
+            decoder.receive_data(_BOM)  # a body's leading BOM is stripped; this is not its start
+        return decoder
 
     def _refused(self, chunk: bytes) -> bytes:
         """Bytes the decoder cannot frame (a malformed NDJSON line, an event over its size

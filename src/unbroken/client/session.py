@@ -14,8 +14,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._receiver import StreamReceiver
-from ..dialects import get_dialect
+from .._receiver import OUTPUT_EVENTS, StreamReceiver
+from ..dialects import find_dialect, get_dialect
 from ..errors import (
     ContentTypeError,
     ProviderError,
@@ -25,7 +25,7 @@ from ..errors import (
     UpstreamStatusError,
     interrupted_by,
 )
-from ..events import ErrorEvent, Event, MessageStart, ReasoningDelta, TextDelta, ToolCallDelta
+from ..events import ErrorEvent, Event, MessageStart
 from ..finish import Status
 from ..framing import FRAMINGS, SSE, Framing, ServerSentEvent
 from ..message import Message
@@ -38,6 +38,7 @@ from ..resumption import (
     Shown,
     decide,
 )
+from ..telemetry import Observation
 from .capture import CANCELLED, CaptureWriter, ConnectionKind
 from .deadline_times import DeadlineTimes
 from .policy import (
@@ -54,7 +55,7 @@ __all__ = ["LONGEST_SERVER_DELAY", "Request", "StreamSession"]
 
 # A server asking for a longer pause than this is not worth waiting for inside one call.
 LONGEST_SERVER_DELAY = 60.0
-_VISIBLE = frozenset({TextDelta, ReasoningDelta, ToolCallDelta})
+_VISIBLE = OUTPUT_EVENTS  # what the caller sees: the output, as time to first chunk counts it
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,7 @@ class StreamSession:
         started: float,
         capture: CaptureWriter | None = None,
         rng: random.Random | None = None,
+        observation: Observation | None = None,
     ) -> None:
         if resume not in RESUME_MODES:
             raise ValueError(f"resume must be one of {', '.join(RESUME_MODES)}, not {resume!r}")
@@ -116,6 +118,7 @@ class StreamSession:
         self._seq_at_connect = -1
         self._reconnection_ms: int | None = None  # the server's SSE retry: hint
         self._last_id = ""  # the SSE id of the last committed frame
+        self.observation = observation  # telemetry, None when off (telemetry/)
 
     @property
     def message(self) -> Message:
@@ -129,6 +132,9 @@ class StreamSession:
         self._seq_at_connect = self.message.last_seq
         headers = dict(self.headers)
         kind = self._kind
+        if kind != "first" and self.observation is not None:
+            self.observation.event(f"unbroken.{kind}", now, connection=self.connections,
+                                   after_seq=self.message.last_seq)
         if kind == "resume":
             if self._background_id is not None and self._resume_target() == "background":
                 return Request("GET", self._background_url(), _without_body_headers(headers),
@@ -200,11 +206,13 @@ class StreamSession:
             self.capture.read(now - self.started, data)
         out: list[Event] = []
         times = self._times
+        outputs = 0  # committed output frames in this read, for telemetry
         for frame in self.receiver.receive_data(data, now - self.started):
             if frame.is_content:
                 times.last_content = now
             if not frame.committed:
                 continue
+            shown = False
             sse = frame.sse
             if sse.__class__ is ServerSentEvent:
                 self._last_id = sse.id
@@ -213,13 +221,17 @@ class StreamSession:
             for event in frame.events:
                 cls = event.__class__
                 if cls in _VISIBLE:
-                    self._visible = True
+                    self._visible = shown = True
                 elif cls is MessageStart:
                     self._note_response_id(event)  # type: ignore[arg-type]
                 elif cls is ErrorEvent and not self._visible and event.retryable:  # type: ignore[union-attr]
                     # Nothing shown yet: a fresh attempt may still succeed (overloaded, rate limit).
                     raise ProviderError(event)  # type: ignore[arg-type]
                 out.append(event)
+            if shown:
+                outputs += 1
+        if outputs and self.observation is not None:
+            self.observation.output(now, outputs)
         if not self.receiver.finished:
             times.check(now)
         times.read_end = now
@@ -301,6 +313,7 @@ class StreamSession:
         if self.capture is not None:
             error = message.error
             self.capture.end(str(error) if error is not None else None)
+        self._observed()
         if not raise_on_error:
             return
         cause = message.error
@@ -325,8 +338,16 @@ class StreamSession:
         self.done = True
         if self.capture is not None:
             self.capture.end(CANCELLED)
+        self._observed()
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _observed(self) -> None:
+        if self.observation is not None:
+            dialect = self.receiver.dialect
+            self.observation.end(self.message, frames=self.receiver.frames_seen,
+                                 stream_id=self._stream_id or self.receiver.stream_id,
+                                 dialect=None if dialect is None else find_dialect(dialect.name))
 
     def _give_up(self, error: StreamError) -> None:
         message = self.message

@@ -11,10 +11,13 @@ from __future__ import annotations
 from typing import Any, Final
 
 from .._jsonparse import loads
+from ..framing import FRAMINGS, Framing
 from .anthropic import EVENT_TYPES as _ANTHROPIC_TYPES
 from .anthropic import AnthropicDialect
 from .base import DONE, Dialect, DialectBase
 from .bedrock_converse import BedrockConverseDialect
+from .bedrock_invoke import CHUNK as _BEDROCK_CHUNK
+from .bedrock_invoke import BedrockInvokeDialect
 from .gemini import GeminiDialect
 from .ollama import OllamaDialect
 from .openai_chat import OpenAIChatDialect
@@ -28,6 +31,7 @@ __all__ = [
     "PROVIDERS",
     "AsksStream",
     "BedrockConverseDialect",
+    "BedrockInvokeDialect",
     "Dialect",
     "Provider",
     "Route",
@@ -36,6 +40,7 @@ __all__ = [
     "find_dialect",
     "get_dialect",
     "sniff_dialect",
+    "sniff_framing",
 ]
 
 DIALECTS: Final[tuple[type[DialectBase], ...]] = (
@@ -45,6 +50,7 @@ DIALECTS: Final[tuple[type[DialectBase], ...]] = (
     GeminiDialect,
     OllamaDialect,
     BedrockConverseDialect,
+    BedrockInvokeDialect,
 )
 """Every dialect, once. Adding a provider is its module and one line here."""
 
@@ -87,13 +93,24 @@ def sniff_dialect(first: int) -> Dialect | None:
     return found[0]() if len(found) == 1 else None
 
 
+def sniff_framing(first: int) -> Framing | None:
+    """The framing of a body told by its first non-whitespace byte (``\\x00``: an AWS event
+    stream, whose dialect its first message tells)."""
+    return next((framing for framing in FRAMINGS if framing.sniff == first), None)
+
+
 def detect_dialect(frame: Any) -> str | None:
     """The dialect of a stream judged by its first frame, or ``None`` when it cannot tell.
 
-    An NDJSON line is Ollama. An SSE event is judged by its name first (Anthropic and Responses
-    name every event), then by the shape of its JSON data.
+    An NDJSON line is Ollama. An event-stream message is Bedrock's: InvokeModelWithResponseStream
+    when its event type is ``chunk`` (every event of that operation is), else Converse (whose
+    events are named for what they hold; an exception reads the same in both). An SSE event is
+    judged by its name first (Anthropic and Responses name every event), then by the shape of
+    its JSON data.
     """
     if hasattr(frame, "headers"):
+        if frame.headers.get(":event-type") == _BEDROCK_CHUNK:
+            return BedrockInvokeDialect.name
         return BedrockConverseDialect.name
     if not hasattr(frame, "event"):
         return OllamaDialect.name if hasattr(frame, "value") else None

@@ -82,6 +82,7 @@ class AnthropicDialect(SSEDialect):
                           prefixes=("/v1/messages",), headers=("anthropic-version",)),
         paths=("/v1/messages",),
     )
+    genai_provider = "anthropic"
     _state = ("_started", "_tool_blocks")
 
     def __init__(self) -> None:

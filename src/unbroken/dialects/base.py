@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar, Final, Protocol
 
 from .._jsonparse import dumps_compact, loads
@@ -84,6 +85,11 @@ class Dialect(Protocol):
     # The POST body carries ids only when the request accepts text/event-stream (google-genai
     # reads every other line as JSON).
     ids_when_accepted: ClassVar[bool]
+    # The OpenTelemetry GenAI conventions' names: ``gen_ai.provider.name`` and
+    # ``gen_ai.operation.name`` (a path with another operation is in ``genai_path_operations``).
+    genai_provider: ClassVar[str]
+    genai_operation: ClassVar[str]
+    genai_path_operations: ClassVar[Mapping[str, str]]
 
     def load(self, frame: Any) -> Any:
         """Parse the payload once: ``DONE`` for ``[DONE]``; ``PayloadError`` if malformed."""
@@ -181,6 +187,9 @@ class DialectBase(ABC):
     numbered: ClassVar[bool] = False
     resumes_upstream: ClassVar[bool] = False
     ids_when_accepted: ClassVar[bool] = False
+    genai_provider: ClassVar[str] = ""
+    genai_operation: ClassVar[str] = "chat"
+    genai_path_operations: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     _state: tuple[str, ...] = ("_started",)
 

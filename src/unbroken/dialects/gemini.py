@@ -111,8 +111,8 @@ class GeminiDialect(SSEDialect):
                           prefixes=("/v1beta/", "/v1alpha/", "/upload/"),
                           headers=("x-goog-api-key",)),
         # /v1beta/models/gemini-x:streamGenerateContent (google-genai 3 uses /v1/)
-        pattern=re.compile(
-            r"/(?:v1|v1beta|v1alpha)/(?:tunedModels|models)/[^/]+:(?P<method>[A-Za-z]+)"),
+        pattern=re.compile(r"/(?:v1|v1beta|v1alpha)/(?:tunedModels|models)/(?P<model>[^/]+)"
+                           r":(?P<method>[A-Za-z]+)"),
         stream_methods=frozenset({"streamGenerateContent"}),
         asks=AsksStream.QUERY_ALT_SSE,
     )
@@ -122,6 +122,9 @@ class GeminiDialect(SSEDialect):
         "?alt=sse (streamGenerateContent without it returns one array)"
     )
     ids_when_accepted = True
+    # The Gemini API (generativelanguage); the conventions name its operation generate_content.
+    genai_provider = "gcp.gemini"
+    genai_operation = "generate_content"
     _state = ("_started", "_calls", "_replaying")
 
     def __init__(self) -> None:

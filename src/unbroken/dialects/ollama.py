@@ -11,6 +11,7 @@ line ``{"error": "..."}``; the HTTP status stays 200.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 from .._jsonparse import dumps_compact, loads
@@ -72,6 +73,9 @@ class OllamaDialect(DialectBase):
         paths=("/api/chat", "/api/generate"),
         asks=AsksStream.BODY_UNLESS_FALSE,
     )
+    # Not among the conventions' well-known providers: its own name, as they allow.
+    genai_provider = "ollama"
+    genai_path_operations = MappingProxyType({"/api/generate": "text_completion"})
     _state = ("_started", "_calls")
 
     def __init__(self) -> None:

@@ -76,6 +76,7 @@ RETRYABLE_ERRORS: Final = frozenset({"server_error", "rate_limit_exceeded"})
 class OpenAIChatDialect(SSEDialect):
     name = "openai-chat"
     route = Route(provider=OPENAI, paths=("/v1/chat/completions",))
+    genai_provider = "openai"
 
     @staticmethod
     def usage_request(body: bytes) -> bytes | None:

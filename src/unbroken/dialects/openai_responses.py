@@ -123,6 +123,7 @@ RETRYABLE_ERRORS: Final = frozenset({"server_error", "rate_limit_exceeded"})
 class OpenAIResponsesDialect(SSEDialect):
     name = "openai-responses"
     route = Route(provider=OPENAI, paths=("/v1/responses",))
+    genai_provider = "openai"
     end_marker = False
 
     def wrap_error(self, error: dict[str, Any]) -> dict[str, Any]:

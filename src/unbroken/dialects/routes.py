@@ -49,6 +49,13 @@ class Route:
     stream_methods: frozenset[str] = frozenset()
     asks: AsksStream = AsksStream.BODY_TRUE
 
+    def model_of(self, path: str) -> str | None:
+        """The model named in the path (the pattern's ``model`` group), if the route has one."""
+        match = self.pattern.fullmatch(path) if self.pattern is not None else None
+        if match is None or "model" not in match.re.groupindex:
+            return None
+        return match.group("model")
+
     def claims(self, method: str, path: str) -> bool | None:
         """True: a POST of this dialect's stream; False: the provider's, not streamed; None:
         not this route's."""

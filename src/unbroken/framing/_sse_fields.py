@@ -12,25 +12,16 @@ from ..errors import DecodingError
 
 __all__ = ["COPY_LIMIT", "FieldReader", "ServerSentEvent", "new_event"]
 
-# A block over this many bytes is read in place: a one-line block's value is decoded from a view
-# of the block, so a huge line is not copied first.
+# A one-line data block over this many bytes is decoded from a view of the block, not a copy.
 COPY_LIMIT = 1 << 16
 # The largest retry value (ms) taken: browsers read it into a 64-bit unsigned integer and
 # ignore a larger one; so do we (int() of 4,301 digits or more would raise).
 MAX_RETRY = 2**64 - 1
-# What follows the first line of a one-line block: its line end, then the blank line (and the
-# LF after a CR that follows an LF).
-_ONE_LINE_ENDS = frozenset(
-    {b"\n\n", b"\n\r", b"\n\r\n", b"\r\r", b"\r\n\r", b"\r\n\r\n", b"\r\n\n"}
-)
 
 
 class ServerSentEvent(NamedTuple):
-    """One dispatched event. ``raw`` is its block's bytes on the wire (BOM excluded).
-
-    Events compare (and hash) by the six fields of the contract, ``event`` to ``nbytes``:
-    ``raw`` is evidence, not value, so an event built from those six equals the decoded one.
-    """
+    """One dispatched event. ``raw`` is its block's bytes on the wire (BOM excluded): evidence,
+    not value, so events compare and hash by the six fields of the contract alone."""
 
     event: str = "message"
     data: str = ""
@@ -41,14 +32,10 @@ class ServerSentEvent(NamedTuple):
     raw: bytes = b""
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, tuple):
-            return NotImplemented
-        return self[:6] == other[:6]
+        return self[:6] == other[:6] if isinstance(other, tuple) else NotImplemented
 
     def __ne__(self, other: object) -> bool:
-        if not isinstance(other, tuple):
-            return NotImplemented
-        return self[:6] != other[:6]
+        return self[:6] != other[:6] if isinstance(other, tuple) else NotImplemented
 
     def __hash__(self) -> int:
         return hash(self[:6])
@@ -75,8 +62,7 @@ class FieldReader:
         self, region: bytes, start: int, text: int, end: int, *, dispatch: bool = True
     ) -> ServerSentEvent | None:
         """The event of the block ``region[start:end]`` (lines from ``text``, past a swallowed
-        LF), or None if it has no data. ``dispatch=False``: the complete lines of a block cut by
-        EOF, where only ``retry`` takes effect (line by line in the spec), nothing strictly."""
+        LF), or None. ``dispatch=False``: the lines of a block cut by EOF; only retry counts."""
         errors = self.errors if dispatch else "replace"
         strict = errors == "strict"
         event_type = ""
@@ -92,13 +78,9 @@ class FieldReader:
                 ident = str(value, "utf-8", errors)
                 if "\x00" not in ident:
                     block_id = ident
-            elif name == b"retry":
-                if strict:
-                    str(value, "utf-8")
-                ms = _retry_ms(bytes(value))
-                if ms is not None:  # an invalid value leaves an earlier one standing
-                    retry = ms
-            elif strict:  # a comment (no name) or an unknown field: ignored, but checked
+            elif name == b"retry" and (ms := _retry_ms(bytes(value))) is not None:
+                retry = ms  # (an invalid value leaves an earlier one standing)
+            elif strict:  # a comment (no name), an unknown field or a bad retry: checked
                 str(name, "utf-8")
                 str(value, "utf-8")
         if data:
@@ -116,19 +98,13 @@ class FieldReader:
 
     def _fields(self, region: bytes, text: int, end: int) -> list[tuple[bytes, Value]]:
         """(name, value) of each line up to the blank one; a comment's name is empty."""
-        if end - text > self.copy_limit:
+        if end - text > self.copy_limit and region.startswith(b"data:", text):
             ends = (region.find(b"\n", text, end), region.find(b"\r", text, end))
             eol = min(i for i in ends if i >= 0)
-            if region[eol:end] in _ONE_LINE_ENDS:
-                # One huge line: a data value stays in place, a view of the block.
-                colon = region.find(b":", text, eol)
-                if colon < 0:
-                    return [(region[text:eol], b"")]
-                at = colon + 2 if region[colon + 1 : colon + 2] == b" " else colon + 1
-                name = region[text:colon]
-                if name == b"data":
-                    return [(name, memoryview(region)[at:eol])]
-                return [(name, region[at:eol])]
+            if end - eol <= 4 and not region[eol:end].strip(b"\r\n"):  # only line ends follow
+                # One huge data line: its value stays in place, a view of the block.
+                at = text + 5 + (region[text + 5 : text + 6] == b" ")
+                return [(b"data", memoryview(region)[at:eol])]
         fields: list[tuple[bytes, Value]] = []
         for line in region[text:end].splitlines():  # one copy, then short lines
             if not line:
@@ -146,14 +122,16 @@ def _retry_ms(value: bytes) -> int | None:
     return int(digits)
 
 
-def decoding_error(region: bytes, text: int, end: int, base: int) -> DecodingError:
+def decoding_error(
+    region: bytes, text: int, end: int, base: int, events: list[ServerSentEvent]
+) -> DecodingError:
     """The error for the first invalid byte of the block ``region[text:end]`` (``region[0]`` is
-    stream byte ``base``)."""
+    stream byte ``base``), carrying the ``events`` completed before it."""
     with memoryview(region) as view:
         try:
             str(view[text:end], "utf-8")
         except UnicodeDecodeError as exc:
             offset = base + text + exc.start
             detail = f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}"
-            return DecodingError(detail, offset=offset)
+            return DecodingError(detail, offset=offset, events=events)
     raise AssertionError("the block decodes")  # pragma: no cover

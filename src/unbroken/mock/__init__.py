@@ -16,7 +16,9 @@ Endpoints
 - ``POST /api/chat`` and ``POST /api/generate`` (ollama, NDJSON) stream unless the body says
   ``"stream": false``;
 - ``POST /model/{model}/converse-stream`` (bedrock-converse, AWS event stream) and
-  ``POST /model/{model}/converse`` (whole body); requests are not checked for a signature;
+  ``POST /model/{model}/converse`` (whole body); ``POST /model/{model}/invoke-with-response-stream``
+  (bedrock-invoke: Claude's events in ``chunk`` messages) and ``POST /model/{model}/invoke``
+  (Anthropic's whole message); requests are not checked for a signature;
 - ``GET /_mock/requests`` -> ``{"generations": {path: n}, "resumes": {path: n}}`` (a path with
   no count is absent); ``POST /_mock/reset`` clears counts, status-fault attempts and stored
   background responses.
@@ -95,6 +97,12 @@ bedrock-converse (event-stream messages; JSON payloads padded with a ``p`` membe
     next messageStop (stopReason end_turn|max_tokens|content_filtered|tool_use)
     last metadata (usage, metrics). finish=error: messageStop and metadata are replaced by one
     ``modelStreamErrorException`` exception message. Totals: T+4 (+4 tool_calls); error T+3 (+4).
+
+bedrock-invoke (``chunk`` messages, ``{"bytes": <base64 of the event's JSON>, "p": ...}``): the
+anthropic layout without its ping, the last event (message_stop) carrying
+``amazon-bedrock-invocationMetrics`` (inputTokenCount, outputTokenCount, latencies); finish=error:
+message_delta and message_stop are replaced by one ``modelStreamErrorException`` exception
+message. Totals: T+5 (+4 tool_calls); error T+4 (+4).
 
 Faults
 ------

@@ -18,7 +18,7 @@ from .scenario import Scenario, ScenarioError, parse_scenario
 from .state import MockState, StoredResponse
 from .wire import Dialect, Framing, Plan, PlannedFrame, encode
 from .wire_anthropic import ANTHROPIC
-from .wire_bedrock import BEDROCK_CONVERSE
+from .wire_bedrock import BEDROCK_CONVERSE, BEDROCK_INVOKE
 from .wire_gemini import GEMINI
 from .wire_ollama import OLLAMA, OLLAMA_GENERATE
 from .wire_openai_chat import OPENAI_CHAT
@@ -223,12 +223,14 @@ class MockApp:
                                    stream=action == "streamGenerateContent")
 
     async def bedrock(self, request: Request) -> Response:
-        # The path says whether it streams: /model/{id}/converse-stream or /model/{id}/converse.
+        # The path says the operation and whether it streams: /model/{id}/converse-stream or
+        # /converse, /model/{id}/invoke-with-response-stream or /invoke.
         model, action = request.path_params["model"], request.path_params["action"]
-        if action not in ("converse", "converse-stream"):
+        operation = _BEDROCK_OPERATIONS.get(action)
+        if operation is None:
             return _error(BEDROCK_CONVERSE, 404, f"unknown Bedrock operation {action!r}")
-        return await self.generate(request, BEDROCK_CONVERSE, model=model,
-                                   stream=action == "converse-stream")
+        wire, stream = operation
+        return await self.generate(request, wire, model=model, stream=stream)
 
     async def retrieve_response(self, request: Request) -> Response:
         response_id = request.path_params["response_id"]
@@ -258,6 +260,14 @@ class MockApp:
     async def reset(self, request: Request) -> Response:
         self.state.reset()
         return JSONResponse(self.state.counts())
+
+
+_BEDROCK_OPERATIONS = {
+    "converse": (BEDROCK_CONVERSE, False),
+    "converse-stream": (BEDROCK_CONVERSE, True),
+    "invoke": (BEDROCK_INVOKE, False),
+    "invoke-with-response-stream": (BEDROCK_INVOKE, True),
+}
 
 
 def create_app() -> Starlette:

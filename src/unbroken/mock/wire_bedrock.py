@@ -1,22 +1,28 @@
-"""AWS Bedrock ``ConverseStream``: JSON events in binary AWS event-stream messages.
+"""AWS Bedrock ``ConverseStream`` and ``InvokeModelWithResponseStream``: JSON events in binary
+AWS event-stream messages.
 
 Each message carries ``:event-type``, ``:content-type`` and ``:message-type`` string headers and
 the event's members as JSON, padded with a ``p`` member as Bedrock pads them (so that sizes do
 not reveal the text). Text blocks start with their first delta; a tool call's block starts with
 its id and name. ``messageStop`` carries the stop reason and ``metadata`` the usage, last.
+InvokeModelWithResponseStream (Claude) sends each of Anthropic's events as a ``chunk`` message
+whose JSON holds the event's bytes in base64.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import string
 from typing import Any
 
 from ..dialects.bedrock_converse import BedrockConverseDialect
+from ..dialects.bedrock_invoke import BedrockInvokeDialect
+from . import wire_anthropic
 from .reply import PROMPT_TOKENS, TOOL_ARGUMENTS, TOOL_ARGUMENTS_PARTS, TOOL_NAME
 from .wire import Dialect, Framing, Plan, PlannedFrame, compact_json
 
-__all__ = ["BEDROCK_CONVERSE"]
+__all__ = ["BEDROCK_CONVERSE", "BEDROCK_INVOKE"]
 
 STOP_REASONS = {
     "stop": "end_turn",
@@ -96,6 +102,50 @@ BEDROCK_CONVERSE = Dialect(
     finishes=frozenset({"stop", "length", "content_filter", "tool_calls", "error"}),
     stream_frames=stream_frames,
     whole_body=whole_body,
+    error_frame=error_frame,
+    error_body=error_body,
+)
+
+
+# -- InvokeModelWithResponseStream (Claude): Anthropic's events, base64, in chunk messages --------
+
+INVOCATION_METRICS = "amazon-bedrock-invocationMetrics"
+
+
+def _chunk(event: dict[str, Any]) -> PlannedFrame:
+    encoded = base64.b64encode(compact_json(event)).decode()
+    padding = _PADDING[: 1 + len(encoded) % len(_PADDING)]
+    return PlannedFrame(event="chunk", data=compact_json({"bytes": encoded, "p": padding}))
+
+
+def invoke_frames(plan: Plan) -> list[PlannedFrame]:
+    # Bedrock sends Claude's events without Anthropic's pings, and the invocation's token counts
+    # in the last one.
+    events = [json.loads(frame.data) for frame in wire_anthropic.stream_frames(plan)
+              if frame.event != "ping"]
+    if plan.finish == "error":
+        return [*map(_chunk, events[:-1]), error_frame(len(events))]
+    events[-1][INVOCATION_METRICS] = {"inputTokenCount": PROMPT_TOKENS,
+                                      "outputTokenCount": len(plan.deltas),
+                                      "invocationLatency": 100, "firstByteLatency": 50}
+    return [_chunk(event) for event in events]
+
+
+def invoke_whole_body(plan: Plan) -> tuple[int, dict[str, Any]]:
+    if plan.finish == "error":
+        return 424, {"message": "mock model stream error", "originalStatusCode": 500}
+    return wire_anthropic.whole_body(plan)
+
+
+BEDROCK_INVOKE = Dialect(
+    name=BedrockInvokeDialect.name,
+    framing=Framing.EVENT_STREAM,
+    media_type="application/vnd.amazon.eventstream",
+    keepalive=b"",
+    dumps=compact_json,
+    finishes=frozenset({"stop", "length", "content_filter", "tool_calls", "error"}),
+    stream_frames=invoke_frames,
+    whole_body=invoke_whole_body,
     error_frame=error_frame,
     error_body=error_body,
 )

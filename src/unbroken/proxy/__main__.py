@@ -14,6 +14,7 @@ import re
 import socket
 import sys
 from collections.abc import Sequence
+from importlib.util import find_spec
 
 from ..streams.journal import journal_for, shown_store
 from .app import create_app
@@ -106,6 +107,10 @@ def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
                         metavar="ORIGIN", dest="cors_origins",
                         help="let browser pages of this origin (scheme://host[:port], or *) "
                              "call the proxy; repeatable (default: none, same origin only)")
+    parser.add_argument("--otel", action="store_true",
+                        help="record each stream as an OpenTelemetry GenAI span and metrics, "
+                             "through the providers the OpenTelemetry SDK sets up (e.g. run "
+                             "under opentelemetry-instrument); needs unbroken[otel]")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"))
     parser.add_argument("--workers", type=_count, default=1, metavar="N",
@@ -142,6 +147,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         lease_renew=args.lease_renew,
         cors_origins=tuple(args.cors_origins),
         request_usage=args.request_usage,
+        otel=args.otel,
         **({} if args.max_event_size is None else {"max_event_size": args.max_event_size}),
     )
 
@@ -153,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args)
     except ValueError as error:
         parser.error(str(error))
+    if config.otel and find_spec("opentelemetry") is None:
+        parser.error("--otel needs opentelemetry-api: pip install 'unbroken[otel]'")
     if args.worker_sockets:  # a worker of ``--workers``: the parent checked the journal
         watch_parent()
         sockets = [socket.socket(fileno=fd) for fd in args.worker_sockets]

@@ -41,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .. import telemetry
 from ..dialects import DIALECT_NAMES
 from ..finish import Status
 from ..normalized_sse import asks_for_normalized
@@ -272,7 +273,7 @@ class ProxyApp:
         if reattachable(record):  # the re-attach (if it went ahead) changed its state
             record = await self.journal.get(stream_id, with_text=False) or record
         if after:
-            self.metrics.resumes += 1
+            self._resumed(stream_id, after)
         if normalized and record.meta.dialect not in DIALECT_NAMES:
             return JSONResponse({"error": {
                 "message": f"format=unbroken reads provider streams; stream {stream_id} is "
@@ -319,6 +320,14 @@ class ProxyApp:
                 f"id of this proxy ({event_id_prefix('<stream_id>')}<seq>)"), status_code=400)
         return await self.launcher.start(request, endpoint, body)
 
+    def _resumed(self, stream_id: str, after: int) -> None:
+        """A reader resumed after seq ``after``: counted, and an event on the stream's span
+        while this process produces it (telemetry; a resume is never a second operation)."""
+        self.metrics.resumes += 1
+        producer = self.producers.get(stream_id)
+        if producer is not None and producer.observation is not None:
+            producer.observation.event("unbroken.resume", side="downstream", after_seq=after)
+
     async def _resume(self, request: Request, endpoint: Endpoint, stream_id: str,
                       after: int) -> Response:
         """A re-POST with ``Last-Event-ID``: the frames after it, no upstream request (unless
@@ -339,7 +348,7 @@ class ProxyApp:
             return self.launcher.refuse(refused, endpoint.dialect)
         if reattachable(record):  # the re-attach (if it went ahead) changed its state
             record = await self.journal.get(stream_id, with_text=False) or record
-        self.metrics.resumes += 1
+        self._resumed(stream_id, after)
         downstream = downstream_for(record.meta.dialect, record.meta.media_type,
                                     events_endpoint=False, retry_ms=self.config.retry_ms,
                                     accept=request.headers.get("accept", ""))
@@ -400,6 +409,8 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
     """
     proxy = ProxyApp(config or ProxyConfig(), journal)
     config = proxy.config
+    if config.otel:
+        telemetry.instrument()
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/metrics", proxy.metrics_text, methods=["GET"]),

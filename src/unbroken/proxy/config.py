@@ -91,6 +91,9 @@ class ProxyConfig:
     ``request_usage``: ask the providers that report a stream's usage only when asked (OpenAI
     chat: ``stream_options.include_usage``) for it, when the request did not say; the chunk
     that answers is journaled in the stream's state and kept out of the client's body.
+
+    ``otel``: record every stream as an OpenTelemetry GenAI span and metrics through the global
+    providers (``unbroken.telemetry``; needs the ``otel`` extra).
     """
 
     origins: Mapping[str, str] = field(default_factory=dict)
@@ -115,6 +118,7 @@ class ProxyConfig:
     lease_ttl: float = 15.0
     lease_renew: float = 5.0
     cors_origins: tuple[str, ...] = ()
+    otel: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.origins) - set(PROVIDERS))

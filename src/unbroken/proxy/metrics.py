@@ -16,15 +16,14 @@ from dataclasses import dataclass, field
 from ..finish import Status
 from ..streams.journal import FrameRecord, StreamState
 from ..streams.logs import log_event
+from ..telemetry import DURATION_BUCKETS
 
 __all__ = ["CONTENT_TYPE", "Histogram", "ProxyMetrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# The OpenTelemetry GenAI conventions' advice for operation duration and time to first chunk.
-_GENAI_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
-                  40.96, 81.92)
+_GENAI_BUCKETS = DURATION_BUCKETS  # the GenAI conventions' advice, as telemetry records it
 # Errors whose cause is the upstream (a broken or silent connection, a malformed body, an
 # error the provider reported), as journaled in a stream's state.
 _UPSTREAM_ERRORS = frozenset({"TransportError", "IdleTimeout", "DecodingError", "PayloadError",

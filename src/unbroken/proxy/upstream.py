@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx2
 
+from .. import telemetry
 from .._receiver import Frame, StreamReceiver
 from ..dialects import dialect_class
 from ..dialects.openai_chat import is_usage_only_chunk
@@ -121,6 +122,11 @@ class Producer:
         self._metrics = metrics
         self._requested = self._started if requested is None else requested
         self._first_chunk_seen = metrics is None  # nothing to tell without metrics
+        # Telemetry (None when off) observes the stream's operation: as the metrics, only the
+        # producer that made its first request, or a continuation would be a second one.
+        self.observation = None if metrics is None else telemetry.observe(
+            "proxy", dialect=self._spec, url=request.url, body=request.body,
+            started=self._requested)
         # Frames carry the monotonic time of the read that completed them; this turns it into
         # the epoch seconds journaled as their receive time (no clock read per frame).
         self._epoch = time.time() - self._started
@@ -275,6 +281,8 @@ class Producer:
         terminated = bool(self._spec.framing.terminator)
         epoch = self._epoch
         hidden = False
+        observation = self.observation
+        outputs, first_t, last_t = 0, 0.0, 0.0  # output frames, for telemetry
         for frame in frames:
             if self._request.usage_asked and _usage_only(frame):
                 hidden = True
@@ -293,6 +301,11 @@ class Producer:
                 for event in frame.events:
                     if event.__class__ is TextDelta:
                         text += event.text
+                if observation is not None and (text or frame.has_output):
+                    if not outputs:
+                        first_t = frame.t
+                    outputs += 1
+                    last_t = frame.t
             wire = frame.sse
             if sse:
                 event_type: str | None = wire.event  # type: ignore[union-attr]
@@ -306,6 +319,11 @@ class Producer:
                 # is kept whole
                 raw = wire.raw.rstrip(b"\r\n") if terminated else wire.raw
                 records.append(FrameRecord(self.seq, None, raw, text, frame.t + epoch))
+        if outputs:
+            assert observation is not None
+            observation.output(first_t)
+            if outputs > 1:
+                observation.output(last_t, outputs - 1)
         if not records:
             if hidden:  # the usage alone: journaled now, not only with the next frame
                 self._track(self._journal.submit(self.stream_id, [], self._state(final=False)))
@@ -354,6 +372,9 @@ class Producer:
             await asyncio.sleep(min(_RESUME_BACKOFF_S * 2 ** (attempt - 1), _RESUME_BACKOFF_MAX_S))
         self._receiver = self._receiver.reconnect()
         self.upstream_requests += 1
+        if self.observation is not None:
+            self.observation.event("unbroken.resume", side="upstream",
+                                   after_seq=self.seq, starting_after=self._provider_seq)
         message_id = self._receiver.message.id
         url = (
             f"{self._request.origin}/v1/responses/{message_id}"
@@ -396,6 +417,8 @@ class Producer:
         await self._journal.append(self.stream_id, last, self._state(final=True))
         if self._metrics is not None:
             self._metrics.stream_ended(self.dialect, status, time.monotonic() - self._requested)
+        if self.observation is not None:
+            self.observation.end(message, frames=self.seq, stream_id=self.stream_id)
         log_event("stream.end", stream_id=self.stream_id, seq=self.seq, status=status.value,
                   upstream_requests=self.upstream_requests,
                   seconds=round(time.monotonic() - self._started, 3))

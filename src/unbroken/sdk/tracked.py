@@ -22,13 +22,16 @@ from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
+from .. import telemetry
 from .._jsonparse import dumps_compact
-from .._receiver import DEFAULT_STALL_SECONDS
+from .._receiver import DEFAULT_STALL_SECONDS, OUTPUT_EVENTS
+from ..dialects import find_dialect
 from ..errors import PayloadError, StreamError, TransportError, UpstreamStatusError
 from ..events import TextDelta
 from ..framing import ServerSentEvent
 from ..message import Message
 from ..resumption import proxy_end_error, proxy_mark
+from ..telemetry import Observation
 
 __all__ = [
     "AsyncTrackedStream",
@@ -109,6 +112,11 @@ class _Tracker:
         self._started = time.monotonic()
         self._last_t: float | None = None
         self.texts: list[str] | None = None  # committed text deltas, kept for ``iter_text``
+        self._dialect: Any = None
+        self._frames = 0  # payloads committed or offered
+        # Telemetry (None when off). The SDK sent the request before the wrapper was given its
+        # stream: the operation is timed from the wrap, the request model is not known.
+        self.observation = telemetry.observe("sdk", started=self._started)
 
     def observe(self, obj: Any) -> None:
         payload = self.adapter.payload(obj)
@@ -116,7 +124,8 @@ class _Tracker:
             self._commit(payload)
 
     def _commit(self, payload: dict[str, Any]) -> None:
-        dialect = self.adapter.dialect_for(payload)
+        self._frames += 1
+        dialect = self._dialect = self.adapter.dialect_for(payload)
         number = dialect.provider_seq(payload)
         if self._by_provider is None:
             self._by_provider = number is not None
@@ -134,16 +143,32 @@ class _Tracker:
             kind = payload.get("type")
             frame = ServerSentEvent(event=kind if isinstance(kind, str) else "message")
         events = dialect.events(frame, payload, seq)
-        if self.message.commit(seq, events, t) and self.texts is not None:
-            self.texts += [event.text for event in events if event.__class__ is TextDelta]
+        if self.message.commit(seq, events, t):
+            if self.texts is not None:
+                self.texts += [event.text for event in events if event.__class__ is TextDelta]
+            observation = self.observation
+            if observation is not None and any(e.__class__ in OUTPUT_EVENTS for e in events):
+                observation.output(self._started + t)
 
     def end(self) -> None:
         self.message.close()
+        self._observed()
 
     def cancel(self) -> None:
         self.message.close(cancelled=True)
+        self._observed()
+
+    def _observed(self) -> None:
+        if self.observation is not None:
+            name = getattr(self._dialect, "name", None)
+            self.observation.end(self.message, frames=self._frames,
+                                 dialect=None if name is None else find_dialect(name))
 
     def fail(self, exc: BaseException) -> None:
+        self._fail(exc)
+        self._observed()
+
+    def _fail(self, exc: BaseException) -> None:
         if not isinstance(exc, Exception):  # KeyboardInterrupt, task cancellation: the caller
             self.cancel()
             return
@@ -165,6 +190,9 @@ class _Tracker:
         if body is not None and not self.message.closed:
             self._commit(body)
             self.message.close()
+            return
+        if isinstance(exc, PayloadError):  # a payload the dialect (or the adapter) refused
+            self.message.close(exc)
             return
         error: StreamError
         if isinstance(exc, ValueError):
@@ -268,6 +296,11 @@ class AsyncTrackedStream(Generic[T]):
         self.stream: Any = None if self._manager is not None else stream
         self._own: AsyncIterator[T] | None = None
         self._closing = False
+
+    @property
+    def observation(self) -> Observation | None:
+        """This stream's telemetry, ``None`` when off (``unbroken.telemetry``)."""
+        return self._tracker.observation
 
     def __aiter__(self) -> AsyncIterator[T]:
         return self._track()

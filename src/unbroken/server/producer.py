@@ -41,6 +41,7 @@ from ..streams.app_stream import end_frame
 from ..streams.journal import FrameRecord, Journal, StreamState
 from ..streams.logs import log_event
 from ..streams.stream_outcome import error_fields
+from ..telemetry import Observation
 from .frames import encode_value
 
 __all__ = ["Outcome", "SourceLimits", "SourceProducer"]
@@ -97,6 +98,9 @@ class SourceProducer:
         self._commit_error: BaseException | None = None
         self._in_flight = 0
         self._deadline_kind = "idle"  # which deadline is armed: "idle" or "total"
+        # The tracked source's telemetry (None when off, or for an app's own values: a
+        # GenAI span needs a provider stream); readers' resumes are events on its span.
+        self.observation: Observation | None = None
 
     # -- control ------------------------------------------------------------------------------
 
@@ -207,6 +211,9 @@ class SourceProducer:
         message = getattr(source, "message", None)
         if isinstance(source, AsyncStream | AsyncTrackedStream) and isinstance(message, Message):
             self._message = message
+            self.observation = source.observation
+            if self.observation is not None:
+                self.observation.stream_id = self.stream_id
         # An SDK's stream yields the SDK's objects; what readers want of them is the text.
         values: Any = source.iter_text() if isinstance(source, AsyncTrackedStream) else source
         if not hasattr(values, "__aiter__"):

@@ -134,6 +134,8 @@ class _StreamResponse(Response):
                                   f"{LAST_EVENT_ID} must be {event_id_prefix('<stream_id>')}<seq> "
                                   "of this stream and ?after= a whole number")
         headers = {**_SSE_HEADERS, STREAM_ID_HEADER: stream_id}
+        if after:
+            streams.resumed(stream_id, after)
         if normalized:  # even after the last frame: the reader gets the end alone
             return StreamingResponse(
                 normalized_body(streams.journal, stream_id, after, streams.settings.keepalive),

@@ -286,6 +286,13 @@ class ResumableStreams:
 
     # -- reading and stopping -----------------------------------------------------------------
 
+    def resumed(self, stream_id: str, after: int) -> None:
+        """A reader resumed after seq ``after``: an event on the span of the provider stream
+        this process reads into it (telemetry; never a second operation)."""
+        producer = self.producers.get(stream_id)
+        if producer is not None and producer.observation is not None:
+            producer.observation.event("unbroken.resume", side="downstream", after_seq=after)
+
     def response(self, stream_id: str, request: Request, *, owner: str | None) -> Response:
         """The stream as SSE for ``request`` (its ``Last-Event-ID`` or ``?after=N``, and
         ``?token=`` / ``Unbroken-Stream-Token`` when ``owner`` is not the stream's): see
