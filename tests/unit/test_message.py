@@ -88,7 +88,7 @@ def test_a_message_that_keeps_no_text_still_follows_the_stream() -> None:
     assert (message.finish_reason, message.raw_finish_reason, codes(message)) == (
         FinishReason.STOP, "stop", [])
     with pytest.raises(RuntimeError, match="keeps no text"):
-        message.text
+        _ = message.text
     assert Message().text == ""  # another message keeps its own text as before
 
 
