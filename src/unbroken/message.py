@@ -48,6 +48,18 @@ __all__ = ["CONTIGUOUS_SOURCES", "Message", "ToolCall"]
 CONTIGUOUS_SOURCES = frozenset({"proxy", "provider", "position"})
 
 
+class _Unkept(list[str]):
+    """The text of a message made with ``keep_text=False``: every delta appended is dropped."""
+
+    __slots__ = ()
+
+    def append(self, item: str, /) -> None:
+        return None
+
+
+_UNKEPT = _Unkept()
+
+
 class Message:
     """The state of one streamed assistant message: status, finish reason (normalized and raw),
     text, reasoning, tool calls, usage, the error that ended it, ``last_seq`` and the trace."""
@@ -59,7 +71,11 @@ class Message:
         raw_budget: int = DEFAULT_RAW_BUDGET,
         seq_source: str | None = None,
         expect_end_marker: bool = True,
+        keep_text: bool = True,
     ) -> None:
+        """``keep_text=False``: the text deltas are applied (phases, finish) but not kept, for
+        a reader that stores them elsewhere (the proxy journals each frame's text): a live
+        stream then holds no copy of its text; ``text`` raises."""
         self.last_seq = -1
         self.id: str | None = None
         self.model: str | None = None
@@ -87,7 +103,7 @@ class Message:
         self._phase = Phase.PENDING
         self._moves = MOVES[Phase.PENDING]
         self._seen_seq = -1  # highest seq offered (committed or rejected), for gap detection
-        self._text: list[str] = []
+        self._text: list[str] = [] if keep_text else _UNKEPT
         self._reasoning: list[str] = []
         self._calls = ToolCalls()
 
@@ -127,6 +143,8 @@ class Message:
 
     @property
     def text(self) -> str:
+        if self._text is _UNKEPT:
+            raise RuntimeError("this message keeps no text (Message(keep_text=False))")
         return joined(self._text)
 
     @property

@@ -78,6 +78,20 @@ def test_text_is_joined_from_parts_and_stays_correct_between_reads() -> None:
     assert message.last_seq == 2
 
 
+def test_a_message_that_keeps_no_text_still_follows_the_stream() -> None:
+    message = Message(keep_text=False)
+    assert message.commit(1, text(1, "Hello")) is True
+    message.commit(2, [TextDelta(seq=2, text="a"), TextDelta(seq=2, text="b")])
+    assert (message.status, message.last_seq) == (Status.STREAMING, 2)
+    message.commit(3, [fin(3)])
+    message.commit(4, [StreamEnd(seq=4, marker="[DONE]")])
+    assert (message.finish_reason, message.raw_finish_reason, codes(message)) == (
+        FinishReason.STOP, "stop", [])
+    with pytest.raises(RuntimeError, match="keeps no text"):
+        _ = message.text
+    assert Message().text == ""  # another message keeps its own text as before
+
+
 def test_reasoning_is_kept_apart_with_its_signature() -> None:
     message = Message()
     message.commit(1, [ReasoningDelta(seq=1, text="think ")])

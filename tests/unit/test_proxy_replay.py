@@ -59,6 +59,20 @@ def test_live_tail_cache_is_bounded_and_knows_what_it_lost() -> None:
     assert tail.ended
 
 
+def test_live_tail_cache_is_bounded_by_bytes_but_keeps_the_newest_frame() -> None:
+    tail = LiveTail(SID, max_frames=10, max_bytes=5)
+    tail.publish([FrameRecord(seq, None, b"ab") for seq in (1, 2, 3)], ended=False)
+    assert tail.after(0) is None  # 6 bytes: frame 1 left the cache
+    assert [frame.seq for frame in tail.after(1) or []] == [2, 3]
+    tail.publish([FrameRecord(4, None, b"x" * 9)], ended=False)  # alone over the bound
+    assert tail.after(2) is None
+    assert tail.after(3) == [FrameRecord(4, None, b"x" * 9)]
+    tail.publish([FrameRecord(5, None, b"")], ended=False)  # frame 4 still over it: dropped
+    assert tail.after(3) is None
+    assert tail.after(4) == [FrameRecord(5, None, b"")]
+    assert tail.after(5) == []
+
+
 def test_live_tail_counts_readers() -> None:
     tail = LiveTail(SID)
     seen: list[int] = []

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from ..dialects import PROVIDERS as _PROVIDERS
 from ..framing import DEFAULT_MAX_EVENT_SIZE
 from ..streams.journal import journal_for
+from ..streams.journal.live import TAIL_FRAMES
 
 __all__ = ["DEFAULT_ORIGINS", "PROVIDERS", "ProxyConfig", "cors_origin", "parse_duration"]
 
@@ -106,7 +107,7 @@ class ProxyConfig:
     connect_timeout: float = 10.0
     read_timeout: float = 300.0
     max_event_size: int = DEFAULT_MAX_EVENT_SIZE
-    tail_frames: int = 256
+    tail_frames: int = TAIL_FRAMES
     upstream_resumes: int = 5
     max_body: int | None = 32 * 2**20
     max_streams: int | None = None

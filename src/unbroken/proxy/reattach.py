@@ -18,6 +18,7 @@ import httpx2
 from .._receiver import StreamReceiver
 from ..dialects import dialect_class
 from ..finish import Status
+from ..message import Message
 from ..streams.journal import FrameRecord, Journal, Lease, StreamRecord
 from ..streams.journal.base import FOLLOW_BATCH
 from .config import ProxyConfig
@@ -39,8 +40,8 @@ def sse_bytes(frames: list[FrameRecord]) -> bytes:
 
 
 async def _replayed(journal: Journal, record: StreamRecord, config: ProxyConfig) -> StreamReceiver:
-    receiver = StreamReceiver(record.meta.dialect, trace=False,
-                              max_event_size=config.max_event_size)
+    receiver = StreamReceiver(record.meta.dialect, max_event_size=config.max_event_size,
+                              message=Message(trace=False, keep_text=False))
     cursor = 0
     while True:
         frames = await journal.read_after(record.meta.stream_id, cursor, FOLLOW_BATCH)

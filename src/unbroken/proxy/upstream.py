@@ -32,6 +32,7 @@ from ..errors import IdleTimeout, StreamError, TransportError
 from ..events import TextDelta, Usage
 from ..finish import Status
 from ..framing import SSE
+from ..message import Message
 from ..resumption import ProxyMark
 from ..streams.journal import FrameRecord, Journal, LiveTail, StreamMeta, StreamState
 from ..streams.logs import log_event
@@ -95,8 +96,11 @@ class Producer:
         self._config = config
         self._request = request
         self._response = response
+        # The journal keeps each frame's text: the message keeps none (a live stream would
+        # otherwise hold a second copy of all its text until it ends).
         self._receiver = StreamReceiver(
-            meta.dialect, trace=False, max_event_size=config.max_event_size
+            meta.dialect, max_event_size=config.max_event_size,
+            message=Message(trace=False, keep_text=False),
         )
         self._spec = dialect_class(meta.dialect)
         self._sse = self._spec.framing is SSE

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .base import Journal, JournalObserver
 from .listing import MAX_PAGE, StreamPage, StreamQuery
-from .live import LiveTail
+from .live import TAIL_FRAMES, LiveTail
 from .memory import MemoryJournal
 from .records import FrameRecord, Lease, StreamMeta, StreamRecord, StreamState, Tombstone
 from .redis_streams import RedisJournal
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-def journal_for(store: str, *, tail_frames: int = 256) -> Journal:
+def journal_for(store: str, *, tail_frames: int = TAIL_FRAMES) -> Journal:
     """The journal a store URL names; ``ValueError`` for anything else."""
     if store == "memory://":
         return MemoryJournal(tail_frames=tail_frames)

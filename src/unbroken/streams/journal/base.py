@@ -32,7 +32,7 @@ from typing import Protocol
 
 from ...finish import Status
 from .listing import DEFAULT_PAGE, StreamPage, StreamQuery, page_of, stream_query
-from .live import LiveTail
+from .live import TAIL_FRAMES, LiveTail
 from .records import (
     STATE_EVERY,
     FrameRecord,
@@ -75,7 +75,7 @@ class Journal(ABC):
     follows_other_processes = False
     """Whether ``follow`` serves the live tail of a stream another process produces."""
 
-    def __init__(self, *, tail_frames: int = 256) -> None:
+    def __init__(self, *, tail_frames: int = TAIL_FRAMES) -> None:
         self._tails: dict[str, LiveTail] = {}
         self.is_open = False
         self._tail_frames = tail_frames

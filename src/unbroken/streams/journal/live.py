@@ -3,6 +3,12 @@
 It holds the most recent frames (a bounded cache, so a reader that keeps up never touches the
 storage and a slow one never grows memory: it falls back to the journal), wakes readers when a
 commit lands, and counts attached readers so the proxy can cancel a generation nobody reads.
+
+The cache is small on purpose: a reader that keeps up takes each commit's frames as it lands,
+so a few commits' worth serve it; a live stream holds the cache for as long as it runs, and
+with hundreds of streams open a cache of 256 frames (~90 KiB of records each, once a stream
+ran that long) was most of the proxy's memory per stream. A reader further behind reads the
+storage, as a resume does.
 """
 
 from __future__ import annotations
@@ -16,20 +22,30 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .records import FrameRecord
 
-__all__ = ["LiveTail"]
+__all__ = ["TAIL_BYTES", "TAIL_FRAMES", "LiveTail"]
+
+TAIL_FRAMES = 32
+"""Frames a live tail keeps by default (at 50 frames/s, the last 0.6 s of a stream)."""
+
+TAIL_BYTES = 16 * 2**10
+"""Bytes of frame data a live tail keeps at most (the newest frame is kept whatever its size)."""
 
 
 class LiveTail:
     """Recent frames of one live stream and the notification that new ones were committed."""
 
     __slots__ = (
-        "_changed", "_frames", "_pulse", "_pulse_due", "ended", "last_seq", "on_readers",
-        "readers", "stream_id",
+        "_bytes", "_changed", "_frames", "_max_bytes", "_max_frames", "_pulse", "_pulse_due",
+        "ended", "last_seq", "on_readers", "readers", "stream_id",
     )
 
-    def __init__(self, stream_id: str, *, max_frames: int = 256) -> None:
+    def __init__(self, stream_id: str, *, max_frames: int = TAIL_FRAMES,
+                 max_bytes: int = TAIL_BYTES) -> None:
         self.stream_id = stream_id
-        self._frames: deque[FrameRecord] = deque(maxlen=max(1, max_frames))
+        self._frames: deque[FrameRecord] = deque()
+        self._max_frames = max(1, max_frames)
+        self._max_bytes = max_bytes
+        self._bytes = 0  # of the cached frames' data
         self._changed = asyncio.Event()
         self._pulse: asyncio.TimerHandle | None = None
         self._pulse_due = 0.0  # loop time the pulse is armed for (uvloop's handle has no when())
@@ -42,7 +58,15 @@ class LiveTail:
     def publish(self, frames: Sequence[FrameRecord], *, ended: bool) -> None:
         """Frames just committed (seqs continuing ``last_seq``); wake every waiting reader."""
         if frames:
-            self._frames.extend(frames)
+            cached = self._frames
+            size = self._bytes
+            for frame in frames:
+                cached.append(frame)
+                size += len(frame.data)
+            # Drop the oldest beyond either bound; the newest frame stays in any case.
+            while len(cached) > 1 and (len(cached) > self._max_frames or size > self._max_bytes):
+                size -= len(cached.popleft().data)
+            self._bytes = size
             self.last_seq = frames[-1].seq
         if ended:
             self.ended = True
