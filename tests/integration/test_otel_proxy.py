@@ -242,3 +242,17 @@ def test_the_otel_option_turns_telemetry_on_for_the_proxy() -> None:
         assert telemetry.instrumented()
     finally:
         telemetry.uninstrument()
+
+
+def test_the_proxys_span_carries_the_completion_when_content_is_captured(proxy: str) -> None:
+    """The producer keeps no copy of the text (the journal has it) unless the span is to carry
+    it: with content capture on, the proxy's span has the exact completion."""
+    import json
+
+    call = PROXY_CALLS["/v1/chat/completions"]
+    with recording(capture_content=True) as recorded:
+        stream_id = run(proxy, call, "completed")
+    span = proxy_span(recorded, stream_id)
+    assert json.loads(str((span.attributes or {})["gen_ai.output.messages"])) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": reply_text(0, T)}],
+         "finish_reason": "stop"}]

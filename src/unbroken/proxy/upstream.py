@@ -96,12 +96,6 @@ class Producer:
         self._config = config
         self._request = request
         self._response = response
-        # The journal keeps each frame's text: the message keeps none (a live stream would
-        # otherwise hold a second copy of all its text until it ends).
-        self._receiver = StreamReceiver(
-            meta.dialect, max_event_size=config.max_event_size,
-            message=Message(trace=False, keep_text=False),
-        )
         self._spec = dialect_class(meta.dialect)
         self._sse = self._spec.framing is SSE
         self.seq = 0  # the proxy's own frame counter
@@ -127,6 +121,14 @@ class Producer:
         self.observation = None if metrics is None else telemetry.observe(
             "proxy", dialect=self._spec, url=request.url, body=request.body,
             started=self._requested)
+        # The journal keeps each frame's text: the message keeps none (a live stream would
+        # otherwise hold a second copy of all its text until it ends), unless the span is to
+        # carry the completion.
+        keep_text = self.observation is not None and self.observation.needs_text
+        self._receiver = StreamReceiver(
+            meta.dialect, max_event_size=config.max_event_size,
+            message=Message(trace=False, keep_text=keep_text),
+        )
         # Frames carry the monotonic time of the read that completed them; this turns it into
         # the epoch seconds journaled as their receive time (no clock read per frame).
         self._epoch = time.time() - self._started

@@ -31,6 +31,8 @@ _log = logging.getLogger("unbroken.telemetry")
 
 
 class StreamRecorder(Protocol):
+    capture_content: bool  # whether the span gets the completion (it needs the message's text)
+
     def parent(self) -> Any:
         """The context the stream's span will be a child of (taken when it starts)."""
         ...
@@ -73,6 +75,12 @@ class Observation:
         self.frames = 0
         self.stream_id: str | None = None
         self.ended_at: float | None = None
+
+    @property
+    def needs_text(self) -> bool:
+        """Whether the ended message must still hold its text (content capture is on): a
+        producer that keeps none (``Message(keep_text=False)``) keeps it then."""
+        return self._recorder.capture_content
 
     def output(self, t: float, frames: int = 1) -> None:
         """``frames`` output frames (``_receiver.OUTPUT_EVENTS``) were received at monotonic
