@@ -286,3 +286,24 @@ def test_nothing_is_recorded_when_not_instrumented(mock_server: str) -> None:
         pass
     run(mock_server, "openai-chat", "completed")
     assert recorded.spans() == []
+
+
+@pytest.mark.parametrize("dialect", list(CALLS))
+def test_each_chunk_interval_is_a_point_when_asked(mock_server: str, dialect: str) -> None:
+    """``chunk_intervals="each"``: one time-per-output-chunk point per output frame after the
+    first, as the conventions define it; together they span the first to the last output."""
+    with recording(chunk_intervals="each") as recorded:
+        message, _ = run(mock_server, dialect, "completed")
+    times = output_times(message)
+    assert len(times) >= 3  # three tokens of text at least
+    [points] = recorded.points("gen_ai.client.operation.time_per_output_chunk")
+    assert points.count == len(times) - 1
+    assert points.sum == pytest.approx(times[-1] - times[0])
+    [duration] = recorded.points("gen_ai.client.operation.duration")
+    assert dict(points.attributes or {}) == dict(duration.attributes or {})
+
+
+def test_chunk_intervals_is_mean_or_each() -> None:
+    with pytest.raises(ValueError, match="'mean' or 'each', not 'all'"):
+        unbroken.telemetry.instrument(chunk_intervals="all")  # type: ignore[arg-type]
+    assert not unbroken.telemetry.instrumented()

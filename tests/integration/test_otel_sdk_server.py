@@ -1,7 +1,9 @@
 """OpenTelemetry of the SDK wrappers and of ``unbroken.server``.
 
-An SDK wrapper's stream is one CLIENT span named by its operation alone: the SDK sent the request
-before the wrapper saw it, so the requested model is not known (the response's model is). A
+An SDK wrapper's stream is one CLIENT span. The SDK sent the request before the wrapper saw it:
+where the SDK keeps its HTTP response on the stream (openai, anthropic) the request's URL and
+model are read from it; otherwise (google-genai, ollama, boto3) the span names the operation and
+the response's model only, or the model in a Gemini or Bedrock path. A
 ``ResumableStreams`` stream whose source is a tracked provider stream (``unbroken.astream``, an
 SDK wrapper) adds no operation of its own: a reader's resume is an event on the source's span,
 which carries the server's stream id. (An app's own values are no GenAI operation: no span.)
@@ -12,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
+from anthropic import Anthropic
 from openai import AsyncOpenAI, OpenAI
 from opentelemetry.trace import SpanKind
 from tests.integration.server_app import build_app
@@ -32,7 +36,7 @@ T = 4
 
 def sdk_attributes(span: Any) -> dict[str, Any]:
     attributes = dict(span.attributes or {})
-    for dynamic in ("gen_ai.response.id", "gen_ai.response.time_to_first_chunk"):
+    for dynamic in ("gen_ai.response.id", "gen_ai.response.time_to_first_chunk", "server.port"):
         attributes.pop(dynamic)
     return attributes
 
@@ -40,6 +44,8 @@ def sdk_attributes(span: Any) -> dict[str, Any]:
 SDK_EXPECTED = {
     "gen_ai.operation.name": "chat",
     "gen_ai.provider.name": "openai",
+    "gen_ai.request.model": "m",
+    "server.address": "127.0.0.1",
     "gen_ai.response.model": "m",
     "gen_ai.response.finish_reasons": ("length",),
     "gen_ai.usage.input_tokens": 12,
@@ -68,14 +74,37 @@ def test_from_openai_records_one_span(mock_server: str) -> None:
             text = "".join(tracked.iter_text())
     assert text == reply_text(2, T)
     [span] = recorded.spans()
-    assert (span.name, span.kind) == ("chat", SpanKind.CLIENT)
+    assert (span.name, span.kind) == ("chat m", SpanKind.CLIENT)
     assert sdk_attributes(span) == SDK_EXPECTED
+    assert (span.attributes or {})["server.port"] == urlsplit(mock_server).port
     assert (span.attributes or {})["gen_ai.response.id"] == tracked.message.id
     [first] = recorded.points("gen_ai.client.operation.time_to_first_chunk")
     assert first.count == 1
     assert first.sum == (span.attributes or {})["gen_ai.response.time_to_first_chunk"]
     [mean] = recorded.points("gen_ai.client.operation.time_per_output_chunk")
     assert mean.count == 1  # one point per stream: the mean of its T - 1 intervals
+
+
+@pytest.mark.parametrize("manager", [False, True])
+def test_from_anthropic_names_the_request_model(mock_server: str, manager: bool) -> None:
+    """The request is read off the SDK's stream, and off the one a ``messages.stream(...)``
+    manager gives when the wrapper enters it."""
+    kwargs: dict[str, Any] = {
+        "model": "claude-m", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}],
+        "extra_headers": {"Unbroken-Mock": f"seed=3; tokens={T}"}}
+    with recording() as recorded, Anthropic(base_url=mock_server, api_key="sk-test",
+                                            max_retries=0) as client:
+        raw: Any = client.messages.stream(**kwargs) if manager \
+            else client.messages.create(stream=True, **kwargs)
+        with unbroken.from_anthropic(raw) as tracked:
+            text = "".join(tracked.iter_text())
+    assert text == reply_text(3, T)
+    [span] = recorded.spans()
+    attributes = dict(span.attributes or {})
+    assert span.name == "chat claude-m"
+    assert (attributes["gen_ai.request.model"], attributes["gen_ai.provider.name"],
+            attributes["server.address"], attributes["unbroken.status"]) \
+        == ("claude-m", "anthropic", "127.0.0.1", "completed")
 
 
 @pytest.mark.anyio

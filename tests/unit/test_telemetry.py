@@ -120,3 +120,43 @@ def test_nothing_of_opentelemetry_is_imported_until_instrument(installed: bool) 
     if not installed:
         assert lines[1:] == ["unbroken.telemetry needs opentelemetry-api: "
                              "pip install 'unbroken[otel]'"]
+
+
+def test_each_chunk_buffer_is_bounded_and_written_mid_stream() -> None:
+    """With ``chunk_intervals="each"`` an observation holds at most ``HELD_INTERVALS`` intervals:
+    a full buffer is written at once with the request's attributes, the rest at the end with
+    the response's model too; frames of one read are points of zero. Nothing is lost."""
+    from tests.otel_support import recording
+
+    from unbroken import telemetry
+    from unbroken.events import MessageStart
+    from unbroken.message import Message
+    from unbroken.telemetry.observation import HELD_INTERVALS
+
+    url = "http://127.0.0.1:9/v1/chat/completions"
+    with recording(chunk_intervals="each") as recorded:
+        observation = telemetry.observe("client", dialect=dialect_class("openai-chat"), url=url,
+                                        body=b'{"model": "m"}', started=0.0)
+        assert observation is not None
+        observation.output(1.0, 3)  # the first chunk and two more in the same read
+        for n in range(1, HELD_INTERVALS + 1):
+            observation.output(1.0 + n * 0.5)
+        [mid] = recorded.points("gen_ai.client.operation.time_per_output_chunk")
+        request = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
+                   "gen_ai.request.model": "m", "server.address": "127.0.0.1",
+                   "server.port": 9}
+        assert (mid.count, mid.sum) == (HELD_INTERVALS + 2, HELD_INTERVALS * 0.5)
+        assert dict(mid.attributes or {}) == request
+        assert len(observation.intervals or ()) == observation.same_read == 0
+        observation.output(1.0 + (HELD_INTERVALS + 1) * 0.5, 2)
+        message = Message()
+        message.commit(1, [MessageStart(seq=1, id="r", model="m-1")], 1.0)
+        message.close()
+        observation.end(message, t=9999.0)
+    points = {tuple(sorted(dict(p.attributes or {}))): (p.count, p.sum)
+              for p in recorded.points("gen_ai.client.operation.time_per_output_chunk")}
+    assert points == {
+        tuple(sorted(request)): (HELD_INTERVALS + 2, HELD_INTERVALS * 0.5),
+        tuple(sorted({**request, "gen_ai.response.model": "m-1", "error.type": "interrupted"})):
+            (2, 0.5),
+    }

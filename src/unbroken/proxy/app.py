@@ -409,7 +409,7 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
     """
     proxy = ProxyApp(config or ProxyConfig(), journal)
     config = proxy.config
-    if config.otel:
+    if config.otel and not telemetry.instrumented():  # the embedding app's own options win
         telemetry.instrument()
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET"]),

@@ -115,8 +115,27 @@ class _Tracker:
         self._dialect: Any = None
         self._frames = 0  # payloads committed or offered
         # Telemetry (None when off). The SDK sent the request before the wrapper was given its
-        # stream: the operation is timed from the wrap, the request model is not known.
+        # stream: the operation is timed from the wrap; the request is read off the stream
+        # where the SDK keeps it (``sent_by``).
         self.observation = telemetry.observe("sdk", started=self._started)
+
+    def sent_by(self, stream: Any) -> None:
+        """Tell telemetry the URL and body of the request ``stream`` answers, where the SDK
+        keeps its HTTP response (openai's and anthropic's streams: ``.response.request``);
+        other SDKs (google-genai, ollama, boto3) keep none, and their spans name no request
+        model, or the one in a Gemini or Bedrock path."""
+        observation = self.observation
+        if observation is None:
+            return
+        request = getattr(getattr(stream, "response", None), "request", None)
+        url = getattr(request, "url", None)
+        try:
+            body = getattr(request, "content", None)
+        except Exception:  # a streamed upload the SDK has not read: no body to read a model from
+            body = None
+        if url is not None:
+            observation.url = str(url)
+            observation.body = body if isinstance(body, bytes) else None
 
     def observe(self, obj: Any) -> None:
         payload = self.adapter.payload(obj)
@@ -216,6 +235,7 @@ class TrackedStream(Generic[T]):
         self._manager = stream if not hasattr(stream, "__iter__") else None
         self.stream: Any = None if self._manager is not None else stream
         self._own: Iterator[T] | None = None
+        self._tracker.sent_by(stream)
 
     def __iter__(self) -> Iterator[T]:
         return self._track()
@@ -247,6 +267,7 @@ class TrackedStream(Generic[T]):
         tracker = self._tracker
         if self.stream is None:
             self.stream = self._manager.__enter__()  # type: ignore[union-attr]
+            tracker.sent_by(self.stream)
         iterator = iter(self.stream)
         try:
             for obj in iterator:
@@ -296,6 +317,7 @@ class AsyncTrackedStream(Generic[T]):
         self.stream: Any = None if self._manager is not None else stream
         self._own: AsyncIterator[T] | None = None
         self._closing = False
+        self._tracker.sent_by(stream)
 
     @property
     def observation(self) -> Observation | None:
@@ -331,6 +353,7 @@ class AsyncTrackedStream(Generic[T]):
         tracker = self._tracker
         if self.stream is None:
             self.stream = await self._manager.__aenter__()  # type: ignore[union-attr]
+            tracker.sent_by(self.stream)
         try:
             async for obj in self.stream:
                 tracker.observe(obj)

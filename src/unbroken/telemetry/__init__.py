@@ -19,6 +19,13 @@ conventions, ``gen_ai.*``, with unbroken's own attributes under ``unbroken.``):
   ``gen_ai.client.operation.time_per_output_chunk``. The first chunk is the first frame with
   output (``_receiver.OUTPUT_EVENTS``: text, reasoning or a tool call), never a lifecycle event; a
   stream that ended before any output has none.
+- time per output chunk: by default one point per stream, the mean interval between its output
+  frames (``chunk_intervals="mean"``); ``instrument(chunk_intervals="each")`` records one point
+  per output frame after the first, as the conventions define it: the time from the previous
+  output frame's read to this one's (zero for frames completed by the same read). "each" costs
+  one histogram point per frame, about as much as unbroken's own work on a frame (see
+  ``benchmarks/README.md``); a stream's intervals are held at the end (``HELD_INTERVALS`` at
+  most, then written mid-stream without the response's model and error).
 
 Prompt and completion text stay out unless asked for: ``instrument(capture_content=True)`` or
 the conventions' environment variable ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
@@ -27,7 +34,7 @@ the conventions' environment variable ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSA
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .observation import Observation, StreamRecorder
 
@@ -51,15 +58,19 @@ def instrument(
     tracer_provider: Any = None,
     meter_provider: Any = None,
     capture_content: bool | None = None,
+    chunk_intervals: Literal["mean", "each"] = "mean",
 ) -> None:
     """Record every stream of this process from now on (see the module docstring).
 
     ``tracer_provider`` / ``meter_provider``: OpenTelemetry providers; the global ones when
     ``None``. ``capture_content``: put the completion on the span (``gen_ai.output.messages``);
     ``None`` reads ``CAPTURE_CONTENT_ENV`` (``true`` turns it on). Raises ``ImportError``
-    naming the extra when opentelemetry-api is not installed.
+    naming the extra when opentelemetry-api is not installed. ``chunk_intervals``: ``"mean"``
+    (one time-per-output-chunk point per stream) or ``"each"`` (one per output frame).
     """
     global _recorder
+    if chunk_intervals not in ("mean", "each"):
+        raise ValueError(f"chunk_intervals is 'mean' or 'each', not {chunk_intervals!r}")
     try:
         from .otel import OTelRecorder
     except ImportError as exc:  # pragma: no cover - the test environment has the extra
@@ -68,7 +79,8 @@ def instrument(
     if capture_content is None:
         capture_content = os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
     _recorder = OTelRecorder(tracer_provider=tracer_provider, meter_provider=meter_provider,
-                             capture_content=capture_content)
+                             capture_content=capture_content,
+                             each_chunk=chunk_intervals == "each")
 
 
 def uninstrument() -> None:

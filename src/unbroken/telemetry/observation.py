@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from array import array
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -25,13 +26,20 @@ if TYPE_CHECKING:
     from ..dialects.base import DialectBase
     from ..message import Message
 
-__all__ = ["Observation", "StreamRecorder", "operation_name", "request_model", "server_of"]
+__all__ = ["HELD_INTERVALS", "Observation", "StreamRecorder", "operation_name", "request_model",
+           "server_of"]
 
 _log = logging.getLogger("unbroken.telemetry")
 
 
+# How many chunk intervals an observation holds (8 bytes each) before it hands them to the
+# recorder mid-stream, when every chunk's interval is recorded: the bound of its buffer.
+HELD_INTERVALS = 8192
+
+
 class StreamRecorder(Protocol):
     capture_content: bool  # whether the span gets the completion (it needs the message's text)
+    each_chunk: bool  # one time-per-output-chunk point per chunk (else one per stream, the mean)
 
     def parent(self) -> Any:
         """The context the stream's span will be a child of (taken when it starts)."""
@@ -41,13 +49,18 @@ class StreamRecorder(Protocol):
         """Write the ended stream: its span and its metrics."""
         ...
 
+    def record_chunks(self, observation: Observation) -> None:
+        """Write the chunk intervals held so far (``each_chunk``: the buffer is full) and
+        empty the buffer."""
+        ...
+
 
 class Observation:
     """One stream, from its request (``started``, monotonic seconds) to its end."""
 
     __slots__ = ("_recorder", "body", "component", "dialect", "ended_at", "events",
-                 "first_output", "frames", "last_output", "outputs", "parent", "started",
-                 "started_ns", "stream_id", "url")
+                 "first_output", "frames", "intervals", "last_output", "outputs", "parent",
+                 "same_read", "started", "started_ns", "stream_id", "url")
 
     def __init__(
         self,
@@ -71,6 +84,10 @@ class Observation:
         self.outputs = 0  # output frames
         self.first_output: float | None = None  # monotonic receive time of the first
         self.last_output = 0.0  # and of the last
+        # Each chunk's interval, when the recorder wants one point per chunk: the gap from the
+        # previous output read, and ``same_read`` more of zero (frames completed by one read).
+        self.intervals: array[float] | None = array("d") if recorder.each_chunk else None
+        self.same_read = 0
         self.events: list[tuple[str, float, dict[str, Any]]] = []
         self.frames = 0
         self.stream_id: str | None = None
@@ -85,10 +102,17 @@ class Observation:
     def output(self, t: float, frames: int = 1) -> None:
         """``frames`` output frames (``_receiver.OUTPUT_EVENTS``) were received at monotonic
         ``t`` (one read may complete several); frames dropped as duplicates are not output."""
+        intervals = self.intervals
         if self.first_output is None:
             self.first_output = t
+        elif intervals is not None:
+            intervals.append(t - self.last_output)
         self.last_output = t
         self.outputs += frames
+        if intervals is not None:
+            self.same_read += frames - 1
+            if len(intervals) >= HELD_INTERVALS:
+                self._recorder.record_chunks(self)
 
     def event(self, name: str, t: float | None = None, **attributes: Any) -> None:
         """A span event (``unbroken.resume``, ``unbroken.retry``) at monotonic ``t``."""

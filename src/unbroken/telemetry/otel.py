@@ -48,8 +48,9 @@ class OTelRecorder:
     """Writes ended streams through a tracer and a meter (the global providers by default)."""
 
     def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None,
-                 capture_content: bool = False) -> None:
+                 capture_content: bool = False, each_chunk: bool = False) -> None:
         self.capture_content = capture_content
+        self.each_chunk = each_chunk
         self._tracer = trace.get_tracer("unbroken", __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("unbroken", __version__, meter_provider=meter_provider)
         self._duration = meter.create_histogram(
@@ -65,29 +66,19 @@ class OTelRecorder:
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
         self._per_chunk = meter.create_histogram(
             "gen_ai.client.operation.time_per_output_chunk", unit="s",
-            description="Time per output chunk after the first, one stream's mean.",
+            description="Time per output chunk after the first (each chunk's, or one "
+                        "stream's mean: instrument(chunk_intervals=...)).",
             explicit_bucket_boundaries_advisory=_CHUNK_BUCKETS)
 
     def parent(self) -> Any:
         return context.get_current()
 
     def record(self, observation: Observation, message: Message) -> None:
-        dialect = observation.resolved_dialect()
-        url = observation.url
-        operation = operation_name(dialect, url) if dialect is not None else "chat"
-        common: dict[str, Any] = {"gen_ai.operation.name": operation}
-        if dialect is not None:
-            common["gen_ai.provider.name"] = dialect.genai_provider
-        model = request_model(dialect, url, observation.body)
-        if model is not None:
-            common["gen_ai.request.model"] = model
+        common = self._request_attributes(observation)
+        operation = common["gen_ai.operation.name"]
+        model = common.get("gen_ai.request.model")
         if message.model:
             common["gen_ai.response.model"] = message.model
-        address, port = server_of(url)
-        if address is not None:
-            common["server.address"] = address
-            if port is not None:
-                common["server.port"] = port
         status = message.status
         error_type = _error_type(message) if status in _ERRORS else None
         if error_type is not None:
@@ -130,11 +121,49 @@ class OTelRecorder:
                     self._tokens.record(count, {**common, "gen_ai.token.type": kind})
         if first_output is not None:
             self._first_chunk.record(first_output - observation.started, common)
-            if observation.outputs > 1:
-                # One point per stream, the mean of its chunk intervals: one point per chunk
-                # would cost each frame more than the whole of unbroken's own work on it.
+            if self.each_chunk:
+                self._record_intervals(observation, common)
+            elif observation.outputs > 1:
+                # By default one point per stream, the mean of its chunk intervals: one point
+                # per chunk costs each frame of a fast stream more than unbroken's own work.
                 self._per_chunk.record((observation.last_output - first_output)
                                        / (observation.outputs - 1), common)
+
+    def record_chunks(self, observation: Observation) -> None:
+        """A long stream's buffer of intervals is full: they are recorded now, with what is
+        known of the request (the response's model and the error, if any, come at the end)."""
+        self._record_intervals(observation, self._request_attributes(observation))
+
+    def _record_intervals(self, observation: Observation, attributes: dict[str, Any]) -> None:
+        intervals = observation.intervals
+        assert intervals is not None
+        record = self._per_chunk.record
+        for interval in intervals:
+            record(interval, attributes)
+        for _ in range(observation.same_read):
+            record(0.0, attributes)
+        del intervals[:]
+        observation.same_read = 0
+
+    @staticmethod
+    def _request_attributes(observation: Observation) -> dict[str, Any]:
+        """The attributes known from the request: operation, provider, model and server."""
+        dialect = observation.resolved_dialect()
+        url = observation.url
+        out: dict[str, Any] = {
+            "gen_ai.operation.name": operation_name(dialect, url) if dialect is not None
+            else "chat"}
+        if dialect is not None:
+            out["gen_ai.provider.name"] = dialect.genai_provider
+        model = request_model(dialect, url, observation.body)
+        if model is not None:
+            out["gen_ai.request.model"] = model
+        address, port = server_of(url)
+        if address is not None:
+            out["server.address"] = address
+            if port is not None:
+                out["server.port"] = port
+        return out
 
     @staticmethod
     def _own(observation: Observation, message: Message) -> dict[str, Any]:
