@@ -263,6 +263,8 @@ def test_completion_content_is_recorded_only_when_asked(
     assert json.loads(str((span.attributes or {})["gen_ai.output.messages"])) == [
         {"role": "assistant", "parts": [{"type": "text", "content": s.message.text}],
          "finish_reason": "stop"}]
+    assert json.loads(str((span.attributes or {})["gen_ai.input.messages"])) == [
+        {"role": "user", "parts": [{"type": "text", "content": "hi"}]}]
 
 
 @pytest.mark.anyio

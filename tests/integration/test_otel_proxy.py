@@ -256,3 +256,23 @@ def test_the_proxys_span_carries_the_completion_when_content_is_captured(proxy: 
     assert json.loads(str((span.attributes or {})["gen_ai.output.messages"])) == [
         {"role": "assistant", "parts": [{"type": "text", "content": reply_text(0, T)}],
          "finish_reason": "stop"}]
+
+
+@pytest.mark.parametrize("path", list(PROXY_CALLS))
+def test_the_proxys_span_carries_the_prompt_when_content_is_captured(proxy: str,
+                                                                     path: str) -> None:
+    """Every dialect's request, as its dialect reads it into the conventions' shape: the one
+    user message "hi" (no system instructions in these requests); nothing without capture."""
+    import json
+
+    call = PROXY_CALLS[path]
+    with recording(capture_content=True) as recorded:
+        stream_id = run(proxy, call, "completed")
+    attributes = dict(proxy_span(recorded, stream_id).attributes or {})
+    assert json.loads(str(attributes["gen_ai.input.messages"])) == [
+        {"role": "user", "parts": [{"type": "text", "content": "hi"}]}]
+    assert "gen_ai.system_instructions" not in attributes
+    with recording() as recorded:
+        stream_id = run(proxy, call, "completed")
+    attributes = dict(proxy_span(recorded, stream_id).attributes or {})
+    assert "gen_ai.input.messages" not in attributes

@@ -23,6 +23,7 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
+from . import genai_messages as genai
 from .base import DONE, PASS, SSEDialect, count, error_event, finish, marked_error
 from .routes import Provider, Route
 
@@ -84,6 +85,21 @@ class AnthropicDialect(SSEDialect):
     )
     genai_provider = "anthropic"
     _state = ("_started", "_tool_blocks")
+
+    @staticmethod
+    def genai_input(body: dict[str, Any]) -> genai.GenAIInput:
+        """``system`` (a string or text blocks) and ``messages`` (a string or content blocks:
+        text, thinking, tool_use, tool_result; images and documents by their type)."""
+        system = body.get("system")
+        instructions = genai.text(system) if isinstance(system, str) else [
+            genai.text_or_other(block, ("text",)) for block in genai.items(system)]
+        messages = []
+        for item in genai.items(body.get("messages")):
+            content = item.get("content")
+            parts = genai.text(content) if isinstance(content, str) else [
+                _genai_part(block) for block in genai.items(content)]
+            messages.append(genai.message(item.get("role"), parts))
+        return messages, instructions
 
     def __init__(self) -> None:
         super().__init__()
@@ -234,3 +250,14 @@ def _usage(usage: Any, seq: int) -> Usage | None:
     if report == Usage(seq=seq):
         return None
     return report
+
+
+def _genai_part(block: dict[str, Any]) -> dict[str, Any]:
+    kind = block.get("type")
+    if kind == "tool_use":
+        return genai.tool_call(block.get("id"), block.get("name"), block.get("input"))
+    if kind == "tool_result":
+        return genai.tool_response(block.get("tool_use_id"), block.get("content"))
+    if kind == "thinking" and genai.reasoning(block.get("thinking")):
+        return genai.reasoning(block.get("thinking"))[0]
+    return genai.text_or_other(block, ("text",))

@@ -25,6 +25,7 @@ from ..events import (
 )
 from ..finish import UNMAPPED, FinishReason, Status
 from ..framing import SSE, Framing
+from .genai_messages import GenAIInput
 from .routes import Route
 
 __all__ = [
@@ -131,6 +132,12 @@ class Dialect(Protocol):
         the provider reports usage unasked, or this body needs no change."""
         ...
 
+    @staticmethod
+    def genai_input(body: dict[str, Any]) -> GenAIInput:
+        """The request's messages and system instructions in the GenAI conventions' shape
+        (``genai_messages.py``), for a span that captures content."""
+        ...
+
     def frame_bytes(self, payload: dict[str, Any]) -> bytes:
         """The bytes of a frame the proxy writes itself (``proxy_error``'s payload) in this
         provider's framing, as ``load`` reads them back: the JSON text for a text framing."""
@@ -209,6 +216,10 @@ class DialectBase(ABC):
     @staticmethod
     def usage_request(body: bytes) -> bytes | None:
         return None  # most providers report usage in every stream
+
+    @staticmethod
+    def genai_input(body: dict[str, Any]) -> GenAIInput:
+        return [], []  # a dialect that knows its request's shape says more
 
     def events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         try:

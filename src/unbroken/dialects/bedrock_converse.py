@@ -25,6 +25,7 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
+from . import genai_messages as genai
 from .base import PASS, count, finish
 from .bedrock_eventstream import BedrockEventStreamDialect, model_route
 
@@ -66,6 +67,17 @@ class BedrockConverseDialect(BedrockEventStreamDialect):
     name = "bedrock-converse"
     end_marker = False
     route = model_route("converse-stream")
+
+    @staticmethod
+    def genai_input(body: dict[str, Any]) -> genai.GenAIInput:
+        """``system`` (text blocks) and ``messages`` of content blocks: ``text``,
+        ``toolUse``, ``toolResult``, ``reasoningContent``; images, documents and others by
+        their key."""
+        instructions = [_genai_block(block) for block in genai.items(body.get("system"))]
+        messages = [genai.message(item.get("role"), [_genai_block(block) for block
+                                                     in genai.items(item.get("content"))])
+                    for item in genai.items(body.get("messages"))]
+        return messages, instructions
 
     def __init__(self) -> None:
         super().__init__()
@@ -152,3 +164,19 @@ def _index(payload: Any) -> int:
     if type(index) is not int:
         raise PayloadError("bedrock-converse: a tool call without its contentBlockIndex")
     return index
+
+
+def _genai_block(block: dict[str, Any]) -> dict[str, Any]:
+    text = block.get("text")
+    if isinstance(text, str):
+        return {"type": "text", "content": text}
+    use, result = block.get("toolUse"), block.get("toolResult")
+    if isinstance(use, dict):
+        return genai.tool_call(use.get("toolUseId"), use.get("name"), use.get("input"))
+    if isinstance(result, dict):
+        return genai.tool_response(result.get("toolUseId"), result.get("content"))
+    reasoning = block.get("reasoningContent")
+    said = reasoning.get("reasoningText") if isinstance(reasoning, dict) else None
+    if isinstance(said, dict) and genai.reasoning(said.get("text")):
+        return genai.reasoning(said.get("text"))[0]
+    return genai.other(next(iter(block), None))

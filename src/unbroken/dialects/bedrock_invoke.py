@@ -33,6 +33,7 @@ class BedrockInvokeDialect(BedrockEventStreamDialect):
     name = "bedrock-invoke"
     end_marker = True
     route = model_route("invoke-with-response-stream")
+    genai_input = AnthropicDialect.genai_input  # the body is Claude's Messages request
 
     def __init__(self) -> None:
         super().__init__()

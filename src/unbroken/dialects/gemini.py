@@ -30,6 +30,7 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
+from . import genai_messages as genai
 from .base import DONE, PASS, SSEDialect, count, error_event, finish
 from .gemini_arguments import StreamedArguments
 from .routes import AsksStream, Provider, Route
@@ -126,6 +127,21 @@ class GeminiDialect(SSEDialect):
     genai_provider = "gcp.gemini"
     genai_operation = "generate_content"
     _state = ("_started", "_calls", "_replaying")
+
+    @staticmethod
+    def genai_input(body: dict[str, Any]) -> genai.GenAIInput:
+        """``systemInstruction`` and ``contents`` (role ``model`` is the assistant): parts of
+        text (``thought: true`` is reasoning), ``functionCall``, ``functionResponse``; inline
+        or file data by their field name."""
+        system = body.get("systemInstruction", body.get("system_instruction"))
+        instructions = [_genai_part(part) for part in
+                        genai.items(system.get("parts") if isinstance(system, dict) else None)]
+        messages = []
+        for item in genai.items(body.get("contents")):
+            role = item.get("role")
+            messages.append(genai.message("assistant" if role == "model" else role or "user",
+                                          [_genai_part(p) for p in genai.items(item.get("parts"))]))
+        return messages, instructions
 
     def __init__(self) -> None:
         super().__init__()
@@ -352,3 +368,17 @@ _ERROR_INFO: Final = "type.googleapis.com/google.rpc.ErrorInfo"
 # Google's canonical status names of the HTTP statuses an error body of the proxy may have.
 _GOOGLE_STATUS: Final = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
                          502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def _genai_part(part: dict[str, Any]) -> dict[str, Any]:
+    text = part.get("text")
+    if isinstance(text, str):
+        return {"type": "reasoning" if part.get("thought") is True else "text", "content": text}
+    call = part.get("functionCall")
+    if isinstance(call, dict):
+        return genai.tool_call(call.get("id"), call.get("name"), call.get("args"))
+    response = part.get("functionResponse")
+    if isinstance(response, dict):
+        return genai.tool_response(response.get("id"), response.get("response"))
+    return genai.other(next((key for key in part if key not in ("thought", "thoughtSignature")),
+                            None))

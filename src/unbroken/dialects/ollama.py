@@ -28,6 +28,7 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from ..framing import NDJSON, ServerSentEvent
+from . import genai_messages as genai
 from .base import NOTHING, PASS, DialectBase, count, error_event, finish
 from .routes import AsksStream, Provider, Route
 
@@ -77,6 +78,35 @@ class OllamaDialect(DialectBase):
     genai_provider = "ollama"
     genai_path_operations = MappingProxyType({"/api/generate": "text_completion"})
     _state = ("_started", "_calls")
+
+    @staticmethod
+    def genai_input(body: dict[str, Any]) -> genai.GenAIInput:
+        """``/api/chat``: ``messages`` (a ``system`` one is instructions, ``tool`` answers a
+        call, ``images`` are parts of type ``image``); ``/api/generate``: ``prompt`` and
+        ``system``."""
+        if "prompt" in body:
+            return [genai.message("user", genai.text(body.get("prompt")))], \
+                genai.text(body.get("system"))
+        messages: list[dict[str, Any]] = []
+        system: list[dict[str, Any]] = []
+        for item in genai.items(body.get("messages")):
+            role, content = item.get("role"), item.get("content")
+            if role == "tool":
+                parts = [genai.tool_response(item.get("tool_call_id"), content)]
+            else:
+                parts = genai.text(content) + genai.reasoning(item.get("thinking"))
+            images = item.get("images")
+            parts += [genai.other("image") for _ in images] if isinstance(images, list) else []
+            for call in genai.items(item.get("tool_calls")):
+                function = call.get("function")
+                function = function if isinstance(function, dict) else {}
+                parts.append(genai.tool_call(call.get("id"), function.get("name"),
+                                             function.get("arguments")))
+            if role == "system":
+                system += parts
+            else:
+                messages.append(genai.message(role, parts))
+        return messages, system
 
     def __init__(self) -> None:
         super().__init__()

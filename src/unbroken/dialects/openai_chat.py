@@ -29,6 +29,7 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
+from . import genai_messages as genai
 from .base import DONE, NOTHING, PASS, SSEDialect, count, error_event, finish, marked_error
 from .routes import Provider, Route
 
@@ -81,6 +82,31 @@ class OpenAIChatDialect(SSEDialect):
     @staticmethod
     def usage_request(body: bytes) -> bytes | None:
         return with_usage_requested(body)
+
+    @staticmethod
+    def genai_input(body: dict[str, Any]) -> genai.GenAIInput:
+        """``messages``: ``system``/``developer`` ones are the instructions; a ``tool`` message
+        answers ``tool_call_id``; an assistant's ``tool_calls`` are calls."""
+        messages: list[dict[str, Any]] = []
+        system: list[dict[str, Any]] = []
+        for item in genai.items(body.get("messages")):
+            role, content = item.get("role"), item.get("content")
+            if role == "tool":
+                parts = [genai.tool_response(item.get("tool_call_id"), content)]
+            elif isinstance(content, str):
+                parts = genai.text(content)
+            else:  # content parts: text, image_url, input_audio, file, refusal
+                parts = [genai.text_or_other(part, ("text",)) for part in genai.items(content)]
+            for call in genai.items(item.get("tool_calls")):
+                function = call.get("function")
+                function = function if isinstance(function, dict) else {}
+                parts.append(genai.tool_call(call.get("id"), function.get("name"),
+                                             function.get("arguments")))
+            if role in ("system", "developer"):
+                system += parts
+            else:
+                messages.append(genai.message(role, parts))
+        return messages, system
 
     def __init__(self) -> None:
         super().__init__()

@@ -23,6 +23,7 @@ from ..events import (
     Usage,
 )
 from ..finish import FinishReason, Status
+from . import genai_messages as genai
 from .base import DONE, PASS, SSEDialect, count, error_event, finish, marked_error
 from .openai_chat import OPENAI
 from .routes import Route
@@ -125,12 +126,43 @@ class OpenAIResponsesDialect(SSEDialect):
     route = Route(provider=OPENAI, paths=("/v1/responses",))
     genai_provider = "openai"
     end_marker = False
-
-    def wrap_error(self, error: dict[str, Any]) -> dict[str, Any]:
-        return {"type": "error", "error": error}
     numbered = True
     resumes_upstream = True
     _state = ("_started", "_saw_tool_call")
+
+    def wrap_error(self, error: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "error", "error": error}
+
+    @staticmethod
+    def genai_input(body: dict[str, Any]) -> genai.GenAIInput:
+        """``instructions`` and ``input``: a string (one user message) or a list of items —
+        messages (a ``system``/``developer`` one is instructions), ``function_call`` and
+        ``function_call_output`` (as the assistant's call and the tool's answer), others by
+        their type."""
+        system = genai.text(body.get("instructions"))
+        value = body.get("input")
+        if isinstance(value, str):
+            return [genai.message("user", genai.text(value))], system
+        messages: list[dict[str, Any]] = []
+        for item in genai.items(value):
+            kind, role, content = item.get("type"), item.get("role"), item.get("content")
+            if kind == "function_call":
+                messages.append(genai.message("assistant", [genai.tool_call(
+                    item.get("call_id"), item.get("name"), item.get("arguments"))]))
+            elif kind == "function_call_output":
+                messages.append(genai.message("tool", [genai.tool_response(
+                    item.get("call_id"), item.get("output"))]))
+            elif role is None:
+                messages.append(genai.message("user", [genai.other(kind)]))
+            else:
+                parts = genai.text(content) if isinstance(content, str) else [
+                    genai.text_or_other(part, ("input_text", "output_text"))
+                    for part in genai.items(content)]
+                if role in ("system", "developer"):
+                    system += parts
+                else:
+                    messages.append(genai.message(role, parts))
+        return messages, system
 
     def __init__(self) -> None:
         super().__init__()

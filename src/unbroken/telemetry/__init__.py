@@ -29,6 +29,10 @@ conventions, ``gen_ai.*``, with unbroken's own attributes under ``unbroken.``):
 
 Prompt and completion text stay out unless asked for: ``instrument(capture_content=True)`` or
 the conventions' environment variable ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
+Then the span carries ``gen_ai.input.messages`` and ``gen_ai.system_instructions`` (the request
+body as its dialect reads it, ``Dialect.genai_input``: media by their type only, never their
+bytes) and ``gen_ai.output.messages``. An SDK wrapper knows the request only where the SDK keeps
+it on its stream (openai, anthropic).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def instrument(
     """Record every stream of this process from now on (see the module docstring).
 
     ``tracer_provider`` / ``meter_provider``: OpenTelemetry providers; the global ones when
-    ``None``. ``capture_content``: put the completion on the span (``gen_ai.output.messages``);
+    ``None``. ``capture_content``: put the prompt and the completion on the span (see above);
     ``None`` reads ``CAPTURE_CONTENT_ENV`` (``true`` turns it on). Raises ``ImportError``
     naming the extra when opentelemetry-api is not installed. ``chunk_intervals``: ``"mean"``
     (one time-per-output-chunk point per stream) or ``"each"`` (one per output frame).

@@ -101,6 +101,7 @@ class OTelRecorder:
             attributes["gen_ai.response.time_to_first_chunk"] = first_output - observation.started
         attributes.update(self._own(observation, message))
         if self.capture_content:
+            attributes.update(_input_messages(observation))
             attributes["gen_ai.output.messages"] = _output_messages(message)
 
         name = f"{operation} {model}" if model else operation
@@ -195,6 +196,28 @@ def _error_type(message: Message) -> str:
     if error is not None:
         return type(error).__name__
     return message.status.value
+
+
+def _input_messages(observation: Observation) -> dict[str, str]:
+    """``gen_ai.input.messages`` and ``gen_ai.system_instructions`` from the request body, as
+    its dialect reads it (``Dialect.genai_input``); none for a body that is no JSON object."""
+    dialect = observation.resolved_dialect()
+    body = observation.body
+    if dialect is None or not body:
+        return {}
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    messages, system = dialect.genai_input(value)
+    out = {}
+    if messages:
+        out["gen_ai.input.messages"] = json.dumps(messages, ensure_ascii=False)
+    if system:
+        out["gen_ai.system_instructions"] = json.dumps(system, ensure_ascii=False)
+    return out
 
 
 def _output_messages(message: Message) -> str:
