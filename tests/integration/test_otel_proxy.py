@@ -276,3 +276,58 @@ def test_the_proxys_span_carries_the_prompt_when_content_is_captured(proxy: str,
         stream_id = run(proxy, call, "completed")
     attributes = dict(proxy_span(recorded, stream_id).attributes or {})
     assert "gen_ai.input.messages" not in attributes
+
+
+def test_the_proxys_span_continues_the_callers_trace(proxy: str) -> None:
+    """A request with a W3C ``traceparent`` (an instrumented app's HTTP client sends one): the
+    proxy's span is that span's child, in its trace; without one, a trace of its own."""
+    call = PROXY_CALLS["/v1/chat/completions"]
+    trace_id, parent_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    with recording() as recorded, httpx2.Client(timeout=30) as client:
+        headers = {**call.headers(scenario(call, "completed")),
+                   "traceparent": f"00-{trace_id}-{parent_id}-01"}
+        with client.stream("POST", proxy + call.path, json=call.body,
+                           headers=headers) as response:
+            stream_id = response.headers["unbroken-stream-id"]
+            response.read()
+        wait_until_ended(proxy, stream_id)
+        traced = proxy_span(recorded, stream_id)
+        untraced = proxy_span(recorded, run(proxy, call, "completed"))
+    assert traced.parent is not None
+    assert (f"{traced.context.trace_id:032x}", f"{traced.parent.span_id:016x}") \
+        == (trace_id, parent_id)
+    assert traced.parent.is_remote
+    assert untraced.parent is None
+    assert untraced.context.trace_id != traced.context.trace_id
+
+
+def test_unbroken_stream_carries_the_callers_trace_to_the_proxy(proxy: str) -> None:
+    """``unbroken.stream`` inside an app's span sends ``traceparent``: its own span and the
+    proxy's are both children of that span, in one trace. Outside any span it sends none."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    call = CALLS["openai-chat"]
+    app_tracer = TracerProvider().get_tracer("app")
+    with recording() as recorded:
+        with app_tracer.start_as_current_span("handle request") as handler, stream(
+            "POST", proxy + call.path, dialect="openai-chat", json=call.body,
+            headers=call.headers(f"tokens={T}"),
+        ) as s:
+            list(s)
+        stream_id = s.message.trace.frames[0].block_id.split(":")[0]  # type: ignore[union-attr]
+        wait_until_ended(proxy, stream_id)
+        span = proxy_span(recorded, stream_id)
+        [client] = recorded.spans("client")
+    parent = handler.get_span_context()
+    for child in (client, span):
+        assert child.parent is not None
+        assert (child.context.trace_id, child.parent.span_id) \
+            == (parent.trace_id, parent.span_id)
+    assert span.parent is not None and span.parent.is_remote
+    with recording() as recorded, stream(
+        "POST", proxy + call.path, dialect="openai-chat", json=call.body,
+        headers=call.headers(f"tokens={T}"),
+    ) as s:
+        list(s)
+        assert "traceparent" not in s._session.headers
+    assert s._session.headers["accept-encoding"] == "identity"  # the headers are these

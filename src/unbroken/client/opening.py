@@ -57,6 +57,11 @@ def open_session(
         if capture is not None
         else None
     )
+    observation = telemetry.observe("client", dialect=find_dialect(dialect), url=url, body=body,
+                                    started=started)
+    if observation is not None:
+        for name, value in observation.trace_headers().items():
+            all_headers.setdefault(name, value)
     return StreamSession(
         method,
         url,
@@ -74,6 +79,5 @@ def open_session(
         trace=trace,
         started=started,
         capture=writer,
-        observation=telemetry.observe("client", dialect=find_dialect(dialect), url=url,
-                                      body=body, started=started),
+        observation=observation,
     )

@@ -120,7 +120,7 @@ class Producer:
         # producer that made its first request, or a continuation would be a second one.
         self.observation = None if metrics is None else telemetry.observe(
             "proxy", dialect=self._spec, url=request.url, body=request.body,
-            started=self._requested)
+            started=self._requested, headers=request.headers)
         # The journal keeps each frame's text: the message keeps none (a live stream would
         # otherwise hold a second copy of all its text until it ends), unless the span is to
         # carry the completion.

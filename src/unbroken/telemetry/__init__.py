@@ -38,6 +38,7 @@ it on its stream (openai, anthropic).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .observation import Observation, StreamRecorder
@@ -104,14 +105,17 @@ def observe(
     url: str | None = None,
     body: bytes | None = None,
     started: float | None = None,
+    headers: Sequence[tuple[str, str]] | None = None,
 ) -> Observation | None:
     """An ``Observation`` of one stream starting now (or at monotonic ``started``), or
     ``None`` when telemetry is off: the caller's hooks test for ``None`` and do nothing else.
 
     ``component``: ``client``, ``sdk``, ``proxy`` or ``server``. ``dialect`` may be told later
     (``dialect="auto"``, an SDK wrapper that learns it from the first object); ``url`` and
-    ``body`` give the server address and the requested model."""
+    ``body`` give the server address and the requested model; ``headers``, those of a request
+    received (the proxy's), may carry a W3C ``traceparent`` the span continues."""
     recorder = _recorder
     if recorder is None:
         return None
-    return Observation(recorder, component, dialect=dialect, url=url, body=body, started=started)
+    return Observation(recorder, component, dialect=dialect, url=url, body=body, started=started,
+                       headers=headers)

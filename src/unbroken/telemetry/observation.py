@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from array import array
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -41,8 +42,14 @@ class StreamRecorder(Protocol):
     capture_content: bool  # whether the span gets the completion (it needs the message's text)
     each_chunk: bool  # one time-per-output-chunk point per chunk (else one per stream, the mean)
 
-    def parent(self) -> Any:
-        """The context the stream's span will be a child of (taken when it starts)."""
+    def parent(self, headers: Sequence[tuple[str, str]] | None = None) -> Any:
+        """The context the stream's span will be a child of (taken when it starts): the one a
+        request's W3C ``traceparent`` header carries, else the current one."""
+        ...
+
+    def trace_headers(self, parent: Any) -> dict[str, str]:
+        """The W3C trace-context headers that carry ``parent`` to a server (none when it
+        holds no span)."""
         ...
 
     def record(self, observation: Observation, message: Message) -> None:
@@ -71,6 +78,7 @@ class Observation:
         url: str | None = None,
         body: bytes | None = None,
         started: float | None = None,
+        headers: Sequence[tuple[str, str]] | None = None,
     ) -> None:
         now = time.monotonic()
         self._recorder = recorder
@@ -80,7 +88,7 @@ class Observation:
         self.body = body
         self.started = now if started is None else started
         self.started_ns = time.time_ns() - int((now - self.started) * 1e9)
-        self.parent = recorder.parent()
+        self.parent = recorder.parent(headers)
         self.outputs = 0  # output frames
         self.first_output: float | None = None  # monotonic receive time of the first
         self.last_output = 0.0  # and of the last
@@ -113,6 +121,11 @@ class Observation:
             self.same_read += frames - 1
             if len(intervals) >= HELD_INTERVALS:
                 self._recorder.record_chunks(self)
+
+    def trace_headers(self) -> dict[str, str]:
+        """Headers for the stream's requests that carry the caller's trace (``traceparent``):
+        an unbroken proxy's span then joins it, beside this stream's own span."""
+        return self._recorder.trace_headers(self.parent)
 
     def event(self, name: str, t: float | None = None, **attributes: Any) -> None:
         """A span event (``unbroken.resume``, ``unbroken.retry``) at monotonic ``t``."""

@@ -25,7 +25,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from opentelemetry import context, metrics, trace
+from opentelemetry import context, metrics, propagate, trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from .._version import __version__
@@ -42,6 +42,8 @@ _CHUNK_BUCKETS: Sequence[float] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3
                                    0.75, 1.0, 2.5)
 _TOKEN_BUCKETS: Sequence[int] = tuple(4**n for n in range(14))  # 1, 4, 16 ... 67108864
 _ERRORS = (Status.FAILED, Status.INTERRUPTED)
+# W3C trace context: a caller's span that the proxy's span continues.
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 
 class OTelRecorder:
@@ -70,8 +72,18 @@ class OTelRecorder:
                         "stream's mean: instrument(chunk_intervals=...)).",
             explicit_bucket_boundaries_advisory=_CHUNK_BUCKETS)
 
-    def parent(self) -> Any:
+    def parent(self, headers: Sequence[tuple[str, str]] | None = None) -> Any:
+        if headers:
+            carrier = {name.lower(): value for name, value in headers
+                       if name.lower() in _TRACE_HEADERS}
+            if "traceparent" in carrier:
+                return propagate.extract(carrier)
         return context.get_current()
+
+    def trace_headers(self, parent: Any) -> dict[str, str]:
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=parent)
+        return carrier
 
     def record(self, observation: Observation, message: Message) -> None:
         common = self._request_attributes(observation)
