@@ -11,10 +11,11 @@ field of the wrong type is left out, never raised on (telemetry never breaks a s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GenAIInput", "items", "message", "other", "reasoning", "text", "text_or_other",
-           "tool_call", "tool_response"]
+__all__ = ["GenAIInput", "chat_messages", "function_calls", "items", "message", "other",
+           "reasoning", "text", "text_or_other", "tool_call", "tool_response"]
 
 # (input messages, system instructions)
 GenAIInput = tuple[list[dict[str, Any]], list[dict[str, Any]]]
@@ -35,6 +36,38 @@ def reasoning(content: Any) -> list[Part]:
 def tool_call(id_: Any, name: Any, arguments: Any) -> Part:
     return {"type": "tool_call", "id": id_ if isinstance(id_, str) else None,
             "name": name if isinstance(name, str) else None, "arguments": arguments}
+
+
+def chat_messages(value: Any, content: Callable[[dict[str, Any]], list[Part]],
+                  system_roles: tuple[str, ...]) -> GenAIInput:
+    """Messages in OpenAI chat's shape, which Ollama shares: a ``tool`` message answers
+    ``tool_call_id``, an assistant's ``tool_calls`` are calls, ``system_roles`` give the
+    instructions; ``content`` reads the rest of a message into parts."""
+    messages: list[dict[str, Any]] = []
+    system: list[Part] = []
+    for item in items(value):
+        role = item.get("role")
+        if role == "tool":
+            parts = [tool_response(item.get("tool_call_id"), item.get("content"))]
+        else:
+            parts = content(item)
+        parts += function_calls(item.get("tool_calls"))
+        if role in system_roles:
+            system += parts
+        else:
+            messages.append(message(role, parts))
+    return messages, system
+
+
+def function_calls(value: Any) -> list[Part]:
+    """Tool calls in OpenAI's shape (``[{"id", "function": {"name", "arguments"}}]``), which
+    OpenAI chat and Ollama share."""
+    out = []
+    for call in items(value):
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        out.append(tool_call(call.get("id"), function.get("name"), function.get("arguments")))
+    return out
 
 
 def tool_response(id_: Any, response: Any) -> Part:

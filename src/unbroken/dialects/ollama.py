@@ -87,26 +87,7 @@ class OllamaDialect(DialectBase):
         if "prompt" in body:
             return [genai.message("user", genai.text(body.get("prompt")))], \
                 genai.text(body.get("system"))
-        messages: list[dict[str, Any]] = []
-        system: list[dict[str, Any]] = []
-        for item in genai.items(body.get("messages")):
-            role, content = item.get("role"), item.get("content")
-            if role == "tool":
-                parts = [genai.tool_response(item.get("tool_call_id"), content)]
-            else:
-                parts = genai.text(content) + genai.reasoning(item.get("thinking"))
-            images = item.get("images")
-            parts += [genai.other("image") for _ in images] if isinstance(images, list) else []
-            for call in genai.items(item.get("tool_calls")):
-                function = call.get("function")
-                function = function if isinstance(function, dict) else {}
-                parts.append(genai.tool_call(call.get("id"), function.get("name"),
-                                             function.get("arguments")))
-            if role == "system":
-                system += parts
-            else:
-                messages.append(genai.message(role, parts))
-        return messages, system
+        return genai.chat_messages(body.get("messages"), _genai_content, ("system",))
 
     def __init__(self) -> None:
         super().__init__()
@@ -253,3 +234,9 @@ class OllamaDialect(DialectBase):
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         return {"error": message}
+
+
+def _genai_content(item: dict[str, Any]) -> list[dict[str, Any]]:
+    parts = genai.text(item.get("content")) + genai.reasoning(item.get("thinking"))
+    images = item.get("images")
+    return parts + [genai.other("image") for _ in images] if isinstance(images, list) else parts

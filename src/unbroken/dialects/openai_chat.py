@@ -87,26 +87,7 @@ class OpenAIChatDialect(SSEDialect):
     def genai_input(body: dict[str, Any]) -> genai.GenAIInput:
         """``messages``: ``system``/``developer`` ones are the instructions; a ``tool`` message
         answers ``tool_call_id``; an assistant's ``tool_calls`` are calls."""
-        messages: list[dict[str, Any]] = []
-        system: list[dict[str, Any]] = []
-        for item in genai.items(body.get("messages")):
-            role, content = item.get("role"), item.get("content")
-            if role == "tool":
-                parts = [genai.tool_response(item.get("tool_call_id"), content)]
-            elif isinstance(content, str):
-                parts = genai.text(content)
-            else:  # content parts: text, image_url, input_audio, file, refusal
-                parts = [genai.text_or_other(part, ("text",)) for part in genai.items(content)]
-            for call in genai.items(item.get("tool_calls")):
-                function = call.get("function")
-                function = function if isinstance(function, dict) else {}
-                parts.append(genai.tool_call(call.get("id"), function.get("name"),
-                                             function.get("arguments")))
-            if role in ("system", "developer"):
-                system += parts
-            else:
-                messages.append(genai.message(role, parts))
-        return messages, system
+        return genai.chat_messages(body.get("messages"), _genai_content, ("system", "developer"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -319,3 +300,11 @@ def is_usage_only_chunk(data: bytes) -> bool:
         return False
     return (isinstance(payload, dict) and payload.get("choices") == []
             and isinstance(payload.get("usage"), dict))
+
+
+def _genai_content(item: dict[str, Any]) -> list[dict[str, Any]]:
+    content = item.get("content")
+    if isinstance(content, str):
+        return genai.text(content)
+    # content parts: text, image_url, input_audio, file, refusal
+    return [genai.text_or_other(part, ("text",)) for part in genai.items(content)]
