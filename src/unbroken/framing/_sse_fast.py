@@ -56,8 +56,9 @@ def read_shaped(
                 )))
                 start, size = stop, extra
         elif first is _EVENT and not joined.startswith(_ID, joined.find(eol, lead) + len(eol)):
+            data_sep = eol + _DATA
             for piece in pieces:  # event then data (Anthropic, Responses): one partition a block
-                kind, found, value = piece.partition(eol + _DATA)
+                kind, found, value = piece.partition(data_sep)
                 if not kind or not found or _LF in kind or _LF in value:
                     return None
                 if cr and (_CR in kind or _CR in value):

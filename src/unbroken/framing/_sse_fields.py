@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..errors import DecodingError
-
 __all__ = ["COPY_LIMIT", "FieldReader", "ServerSentEvent", "new_event"]
 
 # A one-line data block over this many bytes is decoded from a view of the block, not a copy.
@@ -120,18 +118,3 @@ def _retry_ms(value: bytes) -> int | None:
     if not value.isdigit() or len(digits) > 20 or int(digits) > MAX_RETRY:
         return None
     return int(digits)
-
-
-def decoding_error(
-    region: bytes, text: int, end: int, base: int, events: list[ServerSentEvent]
-) -> DecodingError:
-    """The error for the first invalid byte of the block ``region[text:end]`` (``region[0]`` is
-    stream byte ``base``), carrying the ``events`` completed before it."""
-    with memoryview(region) as view:
-        try:
-            str(view[text:end], "utf-8")
-        except UnicodeDecodeError as exc:
-            offset = base + text + exc.start
-            detail = f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}"
-            return DecodingError(detail, offset=offset, events=events)
-    raise AssertionError("the block decodes")  # pragma: no cover
