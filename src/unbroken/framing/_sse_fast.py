@@ -24,9 +24,9 @@ def read_shaped(
     joined: bytes, end: int, lead: int, cr: bool, last_id: str, decode: Callable[[bytes], str]
 ) -> list[ServerSentEvent] | None:
     """Events of the complete blocks ``joined[:end]`` (the first after ``lead`` swallowed LFs),
-    or None. ``cr``: a CR was seen, so lines end in CR LF."""
+    or None. ``cr``: a CR was seen, so lines end in CR LF; without one they all end in LF."""
     eol, blank = (b"\r\n", b"\r\n\r\n") if cr else (b"\n", b"\n\n")
-    if not joined.endswith(blank, 0, end):
+    if cr and not joined.endswith(blank, 0, end):
         return None  # (rare: a last block held at its CR, or a CR CR block end)
     # Every block starts with the first block's first field: the region is split on the blank
     # line and that field's name, so a piece is the block without it.
@@ -38,13 +38,12 @@ def read_shaped(
         first = _ID
     else:
         return None
-    sep = blank + first
+    sep, data_sep = blank + first, eol + _DATA
     extra = len(sep)
-    pieces = joined[lead + extra - len(blank) : end - len(blank)].split(sep)
+    pieces = joined[lead + len(first) : end - len(blank)].split(sep)
     events: list[ServerSentEvent] = []
     append = events.append
-    start = 0
-    size = extra + lead  # bytes of a block besides its piece
+    start, size = 0, extra + lead  # bytes of a block besides its piece
     try:
         if first is _DATA:  # a lone data line: one check a block
             for value in pieces:
@@ -55,47 +54,45 @@ def read_shaped(
                     "message", decode(value), last_id, None, None, stop - start, joined[start:stop]
                 )))
                 start, size = stop, extra
-        elif first is _EVENT and not joined.startswith(_ID, joined.find(eol, lead) + len(eol)):
-            data_sep = eol + _DATA
-            for piece in pieces:  # event then data (Anthropic, Responses): one partition a block
+            return events
+        if first is _EVENT:  # event then data (Anthropic, Responses): one partition a block
+            for piece in pieces:
                 kind, found, value = piece.partition(data_sep)
                 if not kind or not found or _LF in kind or _LF in value:
-                    return None
+                    break
                 if cr and (_CR in kind or _CR in value):
-                    return None
+                    break
                 stop = start + size + len(piece)
                 append(new_event(ServerSentEvent, (
                     decode(kind), decode(value), last_id, None, None, stop - start,
                     joined[start:stop],
                 )))
                 start, size = stop, extra
-        else:  # the data line last, after one or both of event and id
-            other, data_sep = (_ID if first is _EVENT else _EVENT), eol + _DATA
-            for piece in pieces:
-                head, found, value = piece.partition(data_sep)
-                line, two, second = head.partition(eol)
-                if cr:  # no line end but the ones found, none in a value
-                    bad = piece.count(_CR) + piece.count(_LF) != (4 if two else 2)
-                else:
-                    bad = _LF in value or _LF in second
-                if bad or not found or (two and not second.startswith(other)):
-                    return None
-                name: bytes | None
-                if first is _EVENT:
-                    name, ident = line, (second[4:] if two else None)
-                else:
-                    name, ident = (second[7:] if two else None), line
-                if name == b"" or (ident is not None and 0 in ident):
-                    return None  # "message", an ignored ID: the field reader's cases
-                if ident is not None:
-                    last_id = decode(ident)
-                stop = start + size + len(piece)
-                event = "message" if name is None else decode(name)
-                append(new_event(ServerSentEvent, (
-                    event, decode(value), last_id, None if ident is None else last_id, None,
-                    stop - start, joined[start:stop],
-                )))
-                start, size = stop, extra
+            else:
+                return events
+            del events[:]  # another shape: the loop below reads them all again, or declines
+            start, size = 0, extra + lead
+        # The data line last, after the other of event and id or not (proxied streams).
+        other = eol + (_ID if first is _EVENT else _EVENT)
+        for piece in pieces:
+            head, found, value = piece.partition(data_sep)
+            line, two, second = head.partition(other)
+            if not found or _LF in line or _LF in second or _LF in value:
+                return None
+            if cr and (_CR in line or _CR in second or _CR in value):
+                return None
+            name, ident = (line, second if two else None) if first is _EVENT else (
+                second if two else None, line)  # fmt: skip
+            if name == b"" or (ident is not None and 0 in ident):
+                return None  # "message", an ignored ID: the field reader's cases
+            if ident is not None:
+                last_id = decode(ident)
+            stop = start + size + len(piece)
+            append(new_event(ServerSentEvent, (
+                "message" if name is None else decode(name), decode(value), last_id,
+                None if ident is None else last_id, None, stop - start, joined[start:stop],
+            )))
+            start, size = stop, extra
     except UnicodeDecodeError:
         return None
     return events
