@@ -111,16 +111,14 @@ class SSEDecoder:
                 if len(data) < 3 and _BOM.startswith(data):
                     self._head = data
                     return []
-                self._head, self._state = b"", _PLAIN
-                self._base = 3 if data.startswith(_BOM) else 0
+                self._head, self._state, self._base = b"", _PLAIN, 3 * data.startswith(_BOM)
                 data = data[self._base :]
             elif self._state is not _HELD:
                 raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
             if not data:
                 return []
-        # No block end: a read inside a line, or one line-end byte that makes no pair (1-byte
-        # reads; a first CR goes on, to set _cr). (A membership test of an int: with bytes
-        # CPython first tries it as an int.)
+        # No block end: a read inside a line, or a line-end byte that makes no pair (1-byte reads;
+        # a first CR goes on, to set _cr). (Tested as an int: with bytes, CPython tries int first.)
         elif (_LF not in data and _CR not in data) or (
             len(data) == 1 and buf and (buf[-1], data[0]) not in _PAIRS
             and (self._cr or data[0] == _LF)
@@ -157,8 +155,7 @@ class SSEDecoder:
                 raise self._too_large(self._base)
             return []
         joined = b"".join((buf, data)) if n else data
-        size = len(joined)
-        if end < size and joined[end - 1] == _CR and joined[end] == _LF:
+        if end < len(joined) and joined[end - 1] == _CR and joined[end] == _LF:
             end += 1  # a block that ends in LF CR takes it; else the next block swallows it
         self._buf = buf = bytearray(joined[end:])  # (a huge block's buffer is freed now)
         events = None
@@ -171,7 +168,7 @@ class SSEDecoder:
             used = end
         else:
             events = []
-            used = self._blocks(joined, end, end == size, events)
+            used = self._blocks(joined, end, end == len(joined), events)
             buf[:0] = joined[used:end]  # a held block, or an LF for the next block to swallow
         self._state = _HELD if used < end and joined[end - 1] == _CR else _PLAIN
         if used:
@@ -195,8 +192,7 @@ class SSEDecoder:
         # The discarded block's complete lines still set the reconnection time (the spec reads
         # line by line); nothing is dispatched.
         cut = max(tail.rfind(b"\n"), tail.rfind(b"\r"))
-        if cut >= 0:
-            self._fields.read(tail, 0, 0, cut + 1, dispatch=False)
+        self._fields.read(tail, 0, 0, cut + 1, dispatch=False)
         return events
 
     def _blocks(self, region: bytes, size: int, at_end: bool, events: list[ServerSentEvent]) -> int:
@@ -217,9 +213,8 @@ class SSEDecoder:
             else:  # (a search for one pair is 20x faster than the pattern)
                 end = region.find(b"\n\n", text) + 2
             if end - start >= 2 and region[end - 2] == _LF and region[end - 1] == _CR:
-                # It ends in LF CR: the LF after that CR, if one follows, is its own.
                 if end < size:
-                    end += region[end] == _LF
+                    end += region[end] == _LF  # (it ends in LF CR: an LF after it is its own)
                 elif at_end:
                     break  # the next byte decides
             if end - start > self._max:
@@ -227,24 +222,19 @@ class SSEDecoder:
             try:
                 event = self._fields.read(region, start, text, end)
             except UnicodeDecodeError:
-                raise self._invalid(region, text, end, events) from None
+                self._state = _FAILED
+                try:  # the block again, for its first invalid byte
+                    str(memoryview(region)[text:end], "utf-8")
+                except UnicodeDecodeError as exc:
+                    at = self._base + text + exc.start
+                    message = f"invalid UTF-8 at stream byte offset {at}: {exc.reason}"
+                    raise DecodingError(message, offset=at, events=events) from None
+                raise  # pragma: no cover  (the block decodes: the field reader's own error)
             if event is not None:
                 events.append(event)
             swallow_lf = region[end - 1] == _CR
             start = end
         return start
-
-    def _invalid(
-        self, region: bytes, text: int, end: int, events: list[ServerSentEvent]
-    ) -> StreamError:
-        self._state = _FAILED
-        try:  # the block again, for its first invalid byte
-            str(memoryview(region)[text:end], "utf-8")
-        except UnicodeDecodeError as exc:
-            at = self._base + text + exc.start
-            message = f"invalid UTF-8 at stream byte offset {at}: {exc.reason}"
-            return DecodingError(message, offset=at, events=events)
-        raise AssertionError("the block decodes")  # pragma: no cover
 
     def _too_large(self, at: int, events: list[ServerSentEvent] | None = None) -> StreamError:
         self._state = _FAILED  # finished: any further call is the caller's bug

@@ -1,11 +1,10 @@
 """An optional accelerator for the block shapes of nearly every LLM stream.
 
-A block is a ``data: VALUE`` line (OpenAI chat), led by an ``event: NAME`` line (Anthropic,
-OpenAI Responses), an ``id: ID`` line, or both in either order (an unbroken proxy); LF or CRLF
-line ends. ``read_shaped`` splits a region of complete blocks on their blank lines in a few C
-calls and returns their events, or None if a block has another shape, an empty name, an ID with
-U+0000 or invalid UTF-8; then the field reader reads the same bytes (no state was changed). It
-gives exactly what the field reader gives: a property test holds it to that.
+A ``data: VALUE`` line (OpenAI chat), led by an ``event: NAME`` line (Anthropic, OpenAI
+Responses), an ``id: ID`` line, or both in either order (an unbroken proxy); LF or CRLF line ends.
+``read_shaped`` splits a region of such blocks in a few C calls and returns their events, or None
+(another shape, an empty name, an ID with U+0000, invalid UTF-8): then the field reader reads the
+same bytes (no state was changed). A property test holds it to giving what the field reader gives.
 """
 
 from __future__ import annotations
@@ -30,13 +29,9 @@ def read_shaped(
         return None  # (rare: a last block held at its CR, or a CR CR block end)
     # Every block starts with the first block's first field: the region is split on the blank
     # line and that field's name, so a piece is the block without it.
-    if joined.startswith(_DATA, lead):
-        first = _DATA
-    elif joined.startswith(_EVENT, lead):
-        first = _EVENT
-    elif joined.startswith(_ID, lead):
-        first = _ID
-    else:
+    first = (_DATA if joined.startswith(_DATA, lead) else _EVENT if joined.startswith(_EVENT, lead)
+             else _ID if joined.startswith(_ID, lead) else None)  # fmt: skip
+    if first is None:
         return None
     sep, data_sep = blank + first, eol + _DATA
     extra = len(sep)
@@ -58,9 +53,8 @@ def read_shaped(
         if first is _EVENT:  # event then data (Anthropic, Responses): one partition a block
             for piece in pieces:
                 kind, found, value = piece.partition(data_sep)
-                if not kind or not found or _LF in kind or _LF in value:
-                    break
-                if cr and (_CR in kind or _CR in value):
+                if not kind or not found or _LF in kind or _LF in value or (
+                        cr and (_CR in kind or _CR in value)):  # fmt: skip
                     break
                 stop = start + size + len(piece)
                 append(new_event(ServerSentEvent, (
@@ -77,9 +71,8 @@ def read_shaped(
         for piece in pieces:
             head, found, value = piece.partition(data_sep)
             line, two, second = head.partition(other)
-            if not found or _LF in line or _LF in second or _LF in value:
-                return None
-            if cr and (_CR in line or _CR in second or _CR in value):
+            if not found or _LF in line or _LF in second or _LF in value or (
+                    cr and (_CR in line or _CR in second or _CR in value)):  # fmt: skip
                 return None
             name, ident = (line, second if two else None) if first is _EVENT else (
                 second if two else None, line)  # fmt: skip
