@@ -136,9 +136,9 @@ class SSEDecoder:
             end = data.rfind(b"\n\n")
         else:
             self._cr = True
-            end = data.rfind(b"\r\n\r\n") + 1
-            rest = data[end + 3 :]
-            if not end or _CR in rest or _LF in rest:  # (else any other kind follows LF CR)
+            end = data.rfind(b"\r\n\r\n") + 2  # (as if its LF CR were found, the LF taken)
+            rest = data[end + 2 :]
+            if end < 2 or _CR in rest or _LF in rest:  # (else no other kind can follow it)
                 at = data.rfind(b"\n\r")
                 end = max(at, data.rfind(b"\n\n", at + 1), data.rfind(b"\r\r", at + 1))
         if end >= 0:

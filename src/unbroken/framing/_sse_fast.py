@@ -17,6 +17,7 @@ __all__ = ["read_shaped"]
 
 _CR, _LF = 0x0D, 0x0A
 _DATA, _EVENT, _ID = b"data: ", b"event: ", b"id: "
+_ENDS = ((b"\n", b"\n\n", b"\ndata: "), (b"\r\n", b"\r\n\r\n", b"\r\ndata: "))  # by cr
 
 
 def read_shaped(
@@ -24,7 +25,7 @@ def read_shaped(
 ) -> list[ServerSentEvent] | None:
     """Events of the complete blocks ``joined[:end]`` (the first after ``lead`` swallowed LFs),
     or None. ``cr``: a CR was seen, so lines end in CR LF; without one they all end in LF."""
-    eol, blank = (b"\r\n", b"\r\n\r\n") if cr else (b"\n", b"\n\n")
+    eol, blank, data_sep = _ENDS[cr]
     if cr and not joined.endswith(blank, 0, end):
         return None  # (rare: a last block held at its CR, or a CR CR block end)
     # Every block starts with the first block's first field: the region is split on the blank
@@ -33,7 +34,7 @@ def read_shaped(
              else _ID if joined.startswith(_ID, lead) else None)  # fmt: skip
     if first is None:
         return None
-    sep, data_sep = blank + first, eol + _DATA
+    sep = blank + first
     extra = len(sep)
     pieces = joined[lead + len(first) : end - len(blank)].split(sep)
     events: list[ServerSentEvent] = []
