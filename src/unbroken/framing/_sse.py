@@ -111,7 +111,7 @@ class SSEDecoder:
                 if len(data) < 3 and _BOM.startswith(data):
                     self._head = data
                     return []
-                self._head, self._state, self._base = b"", _PLAIN, 3 * data.startswith(_BOM)
+                self._head, self._state, self._base = b"", _PLAIN, 3 if data.startswith(_BOM) else 0
                 data = data[self._base :]
             elif self._state is not _HELD:
                 raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
@@ -136,9 +136,9 @@ class SSEDecoder:
             end = data.rfind(b"\n\n")
         else:
             self._cr = True
-            end = data.rfind(b"\r\n\r\n") + 2  # (as if its LF CR were found, the LF taken)
+            end = data.rfind(b"\r\n\r\n") + 2  # (as if its LF CR were found, with its LF)
             rest = data[end + 2 :]
-            if end < 2 or _CR in rest or _LF in rest:  # (else no other kind can follow it)
+            if end < 2 or _CR in rest or _LF in rest:  # none, or a line end after: every kind
                 at = data.rfind(b"\n\r")
                 end = max(at, data.rfind(b"\n\n", at + 1), data.rfind(b"\r\r", at + 1))
         if end >= 0:

@@ -13,7 +13,7 @@ __all__ = ["COPY_LIMIT", "FieldReader", "ServerSentEvent", "new_event"]
 # A one-line data block over this many bytes is decoded from a view of the block, not a copy.
 COPY_LIMIT = 1 << 16
 # The largest retry value (ms) taken: browsers read it into a 64-bit unsigned integer and
-# ignore a larger one; so do we (from 21 digits on, without leading zeros: int() of 4,301 raises).
+# ignore a larger one; so do we (21 significant digits tell it: int() of 4,301 digits raises).
 MAX_RETRY = 2**64 - 1
 
 
@@ -41,6 +41,7 @@ class ServerSentEvent(NamedTuple):
 
 # Builds an event from a ready tuple: the NamedTuple's own ``__new__`` is Python code, 4x slower.
 new_event = tuple.__new__
+
 
 class FieldReader:
     """Interprets complete blocks; holds the last event ID and the reconnection time."""
