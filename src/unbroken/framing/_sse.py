@@ -155,12 +155,12 @@ class SSEDecoder:
                 raise self._too_large(self._base)
             return []
         joined = b"".join((buf, data)) if n else data
-        if end < len(joined) and joined[end - 1] == _CR and joined[end] == _LF:
+        if joined[end - 1] == _CR and end < len(joined) and joined[end] == _LF:
             end += 1  # a block that ends in LF CR takes it; else the next block swallows it
         self._buf = buf = bytearray(joined[end:])  # (a huge block's buffer is freed now)
         events = None
         if self._fast is not None and n <= self.copy_limit and end <= self._max:
-            lead = 1 if self._swallow_lf and joined[0] == _LF else 0
+            lead = self._swallow_lf and joined[0] == _LF  # (a bool is an int)
             last_id = self._fields.last_event_id
             events = self._fast(joined, end, lead, self._cr, last_id, self._decode)
         if events is not None:
