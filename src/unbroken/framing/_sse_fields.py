@@ -103,4 +103,3 @@ class FieldReader:
             name, _, value = line.partition(b":")
             fields.append((name, value[1:] if value[:1] == b" " else value))
         return fields
-
