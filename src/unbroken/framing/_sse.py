@@ -20,9 +20,9 @@ from collections.abc import Callable
 from operator import methodcaller
 from typing import ClassVar, Literal
 
-from ..errors import EventTooLargeError, LocalProtocolError, StreamError
+from ..errors import DecodingError, EventTooLargeError, LocalProtocolError, StreamError
 from ._sse_fast import read_shaped
-from ._sse_fields import COPY_LIMIT, FieldReader, ServerSentEvent, decoding_error
+from ._sse_fields import COPY_LIMIT, FieldReader, ServerSentEvent
 
 __all__ = ["DEFAULT_MAX_EVENT_SIZE", "SSEDecoder", "ServerSentEvent"]
 
@@ -32,7 +32,8 @@ _CR, _LF = 0x0D, 0x0A
 # Two line-ending bytes whose second ends an empty line (CR LF is one line end).
 _PAIRS = frozenset({(_LF, _LF), (_LF, _CR), (_CR, _CR)})
 _BLOCK_END = re.compile(rb"\n[\r\n]|\r\r")  # the first pair at or after a position
-_OPEN, _EOF, _FAILED = "open", "eof", "failed"
+# Open while a BOM may be arriving, with a block held, or neither (plain); then finished.
+_START, _HELD, _PLAIN, _EOF, _FAILED = "start", "held", "plain", "eof", "failed"
 
 # (joined, end, lead, cr, last_id, decode) -> events, or None: not its shape
 Accelerator = Callable[..., list[ServerSentEvent] | None]
@@ -50,8 +51,8 @@ class SSEDecoder:
     accelerator: ClassVar[Accelerator | None] = staticmethod(read_shaped)
     copy_limit: ClassVar[int] = COPY_LIMIT
 
-    __slots__ = ("_base", "_buf", "_cr", "_decode", "_fast", "_fields", "_head", "_held", "_max",
-                 "_plain", "_state", "_swallow_lf", "_unterminated")  # fmt: skip
+    __slots__ = ("_base", "_buf", "_cr", "_decode", "_fast", "_fields", "_head", "_max", "_state",
+                 "_swallow_lf", "_unterminated")  # fmt: skip
 
     def __init__(
         self,
@@ -71,12 +72,10 @@ class SSEDecoder:
         self._max = max_event_size
         self._buf = bytearray()  # from the start of the block in progress
         self._base = 0  # stream offset of self._buf[0]
-        self._head: bytes | None = b""  # first bytes while a BOM may still be arriving
+        self._head = b""  # the first bytes while a BOM may still be arriving
         self._swallow_lf = False  # the last block ended on a CR: an LF at self._buf[0] is its pair
-        self._held = False  # self._buf is a block that ends in LF CR, waiting for the next byte
         self._cr = False  # a CR was seen: look for every kind of block end, not just LF LF
-        self._state = _OPEN
-        self._plain = False  # open, past the BOM, nothing held: a read without line ends is kept
+        self._state = _START
         self._unterminated = b""
 
     @property
@@ -97,7 +96,7 @@ class SSEDecoder:
     @property
     def bytes_received(self) -> int:
         """Every byte passed to ``receive_data`` so far, BOM included."""
-        return self._base + len(self._buf) + len(self._head or b"")
+        return self._base + len(self._buf) + len(self._head)
 
     @property
     def bytes_dispatched(self) -> int:
@@ -106,71 +105,72 @@ class SSEDecoder:
 
     def receive_data(self, data: bytes) -> list[ServerSentEvent]:
         buf = self._buf
-        if not self._plain:  # finished, a BOM may be arriving, or a block is held
-            if self._state is not _OPEN:
+        if self._state is not _PLAIN:
+            if self._state is _START:  # strip one BOM, even split across reads
+                data = self._head + bytes(data)
+                if len(data) < 3 and _BOM.startswith(data):
+                    self._head = data
+                    return []
+                self._head, self._state, self._base = b"", _PLAIN, 3 if data.startswith(_BOM) else 0
+                data = data[self._base :]
+            elif self._state is not _HELD:
                 raise LocalProtocolError(f"receive_data() after the decoder {self._state}")
-            if self._head is not None:
-                data = self._take_head(bytes(data))
             if not data:
                 return []
-        # (A membership test of an int: with a bytes operand CPython first tries it as an int.)
-        elif _LF not in data and _CR not in data:
-            buf += data  # the common read of one byte, or inside a long line: no block end
-            if len(buf) > self._max:
-                raise self._too_large(self._base)
-            return []
-        elif len(data) == 1 and buf and (buf[-1], data[0]) not in _PAIRS:
-            buf += data  # one line-end byte that ends no block (1-byte reads)
-            if data[0] == _CR:
-                self._cr = True
+        # No block end: a read inside a line, or a line-end byte that makes no pair (1-byte reads;
+        # a first CR goes on, to set _cr). (Tested as an int: with bytes, CPython tries int first.)
+        elif (_LF not in data and _CR not in data) or (
+            len(data) == 1 and buf and (buf[-1], data[0]) not in _PAIRS
+            and (self._cr or data[0] == _LF)
+        ):  # fmt: skip
+            buf += data
             if len(buf) > self._max:
                 raise self._too_large(self._base)
             return []
         if data.__class__ is not bytes:
             data = bytes(data)  # the searches below need real bytes
-        if not self._cr and _CR in data:
-            self._cr = True
         n = len(buf)
-        # The last block end: the read's last pair (in a CRLF stream, LF CR; another kind can
-        # only follow it), or the pair of the read's first byte and the byte before.
-        if self._cr:
-            at = data.rfind(b"\n\r")
-            end = max(at, data.rfind(b"\n\n", at + 1), data.rfind(b"\r\r", at + 1))
-        else:
+        # The last block end: the read's last pair, or the pair of the read's first byte and the
+        # byte before. In a CRLF stream, the last CR LF CR LF with no line end after it.
+        if not self._cr and _CR not in data:
             end = data.rfind(b"\n\n")
+        else:
+            self._cr = True
+            end = data.rfind(b"\r\n\r\n") + 2  # (as if its LF CR were found, with its LF)
+            rest = data[end + 2 :]
+            if end < 2 or _CR in rest or _LF in rest:  # none, or a line end after: every kind
+                at = data.rfind(b"\n\r")
+                end = max(at, data.rfind(b"\n\n", at + 1), data.rfind(b"\r\r", at + 1))
         if end >= 0:
             end += n + 2
         elif (buf[-1] if n else _CR if self._swallow_lf else _LF, data[0]) in _PAIRS:
             end = n + 1
-        elif self._held:
+        elif self._state is _HELD:
             end = n  # the held block ends the buffer
-        else:
+        if end < 0 or (data == b"\r" and n and buf[-1] == _LF):
+            # No block end; or this read is the CR of an LF CR: its block waits for the next byte.
             buf += data
+            self._state = _PLAIN if end < 0 else _HELD
             if len(buf) > self._max:
                 raise self._too_large(self._base)
-            self._plain = True
             return []
         joined = b"".join((buf, data)) if n else data
-        size = len(joined)
-        if end < size and joined[end - 1] == _CR and joined[end] == _LF:
+        if joined[end - 1] == _CR and end < len(joined) and joined[end] == _LF:
             end += 1  # a block that ends in LF CR takes it; else the next block swallows it
-        buf[:] = joined[end:]  # (frees a huge block's buffer before its value is decoded)
+        self._buf = buf = bytearray(joined[end:])  # (a huge block's buffer is freed now)
         events = None
         if self._fast is not None and n <= self.copy_limit and end <= self._max:
-            lead = 1 if self._swallow_lf and joined[0] == _LF else 0
-            fields = self._fields
-            events = self._fast(joined, end, lead, self._cr, fields.last_event_id, self._decode)
-        if events is None:
-            events = []
-            used = self._blocks(joined, end, end == size, events)
-            if used < end:  # a held block, or an LF for the next block to swallow
-                buf[:0] = joined[used:end]
-        else:
+            lead = self._swallow_lf and joined[0] == _LF  # (a bool is an int)
+            last_id = self._fields.last_event_id
+            events = self._fast(joined, end, lead, self._cr, last_id, self._decode)
+        if events is not None:
+            self._fields.last_event_id = events[-1][2]  # (the last event carries it)
             used = end
-            if events:  # (the last event carries the last event ID)
-                self._fields.last_event_id = events[-1][2]
-        self._held = used < end and joined[end - 1] == _CR
-        self._plain = not self._held  # (and open, past the BOM: _too_large ends it)
+        else:
+            events = []
+            used = self._blocks(joined, end, end == len(joined), events)
+            buf[:0] = joined[used:end]  # a held block, or an LF for the next block to swallow
+        self._state = _HELD if used < end and joined[end - 1] == _CR else _PLAIN
         if used:
             self._base += used
             self._swallow_lf = joined[used - 1] == _CR
@@ -179,13 +179,12 @@ class SSEDecoder:
         return events
 
     def receive_eof(self) -> list[ServerSentEvent]:
-        if self._state is not _OPEN:
+        if self._state is _EOF or self._state is _FAILED:
             raise LocalProtocolError(f"receive_eof() after the decoder {self._state}")
-        self._state = _EOF
-        self._plain = False
+        held, self._state = self._state is _HELD, _EOF
         events: list[ServerSentEvent] = []
-        tail = (self._head or b"") + self._buf  # (a body that was only part of a BOM: _head)
-        if self._held:  # complete: no LF follows it
+        tail = self._head + self._buf  # (a body that was only part of a BOM: the head)
+        if held:  # complete: no LF follows it
             tail = tail[self._blocks(tail, len(tail), False, events) :]
         elif self._swallow_lf and tail[:1] == b"\n":
             tail = tail[1:]
@@ -193,17 +192,13 @@ class SSEDecoder:
         # The discarded block's complete lines still set the reconnection time (the spec reads
         # line by line); nothing is dispatched.
         cut = max(tail.rfind(b"\n"), tail.rfind(b"\r"))
-        if cut >= 0:
-            self._fields.read(tail, 0, 0, cut + 1, dispatch=False)
+        self._fields.read(tail, 0, 0, cut + 1, dispatch=False)
         return events
 
-    def _blocks(
-        self, region: bytes, size: int, at_end: bool, events: list[ServerSentEvent]
-    ) -> int:
+    def _blocks(self, region: bytes, size: int, at_end: bool, events: list[ServerSentEvent]) -> int:
         """Read the blocks of ``region[:size]`` with the field reader; return where the blocks
         read end: ``size``, or the start of a held last block or of an LF to swallow."""
         swallow_lf = self._swallow_lf
-        base = self._base
         start = 0
         while start < size:
             text = start + 1 if swallow_lf and region[start] == _LF else start
@@ -218,36 +213,30 @@ class SSEDecoder:
             else:  # (a search for one pair is 20x faster than the pattern)
                 end = region.find(b"\n\n", text) + 2
             if end - start >= 2 and region[end - 2] == _LF and region[end - 1] == _CR:
-                # It ends in LF CR: the LF after that CR, if one follows, is its own.
                 if end < size:
-                    end += region[end] == _LF
+                    end += region[end] == _LF  # (it ends in LF CR: an LF after it is its own)
                 elif at_end:
                     break  # the next byte decides
             if end - start > self._max:
-                raise self._too_large(base + start, events)
+                raise self._too_large(self._base + start, events)
             try:
                 event = self._fields.read(region, start, text, end)
             except UnicodeDecodeError:
-                self._state, self._plain = _FAILED, False
-                raise decoding_error(region, text, end, base, events) from None
+                self._state = _FAILED
+                try:  # the block again, for its first invalid byte
+                    str(memoryview(region)[text:end], "utf-8")
+                except UnicodeDecodeError as exc:
+                    at = self._base + text + exc.start
+                    message = f"invalid UTF-8 at stream byte offset {at}: {exc.reason}"
+                    raise DecodingError(message, offset=at, events=events) from None
+                raise  # pragma: no cover  (the block decodes: the field reader's own error)
             if event is not None:
                 events.append(event)
             swallow_lf = region[end - 1] == _CR
             start = end
         return start
 
-    def _take_head(self, data: bytes) -> bytes:
-        """Strip one leading BOM, even split across reads (b"" while one may be arriving)."""
-        data = (self._head or b"") + data
-        if len(data) < 3 and _BOM.startswith(data):
-            self._head = data
-            return b""
-        self._head = None
-        self._base = 3 if data.startswith(_BOM) else 0
-        return data[self._base :]
-
     def _too_large(self, at: int, events: list[ServerSentEvent] | None = None) -> StreamError:
         self._state = _FAILED  # finished: any further call is the caller's bug
-        self._plain = False
         message = f"event larger than max_event_size={self._max} bytes"
         return EventTooLargeError(message, limit=self._max, offset=at, events=events)

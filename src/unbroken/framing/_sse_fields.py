@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..errors import DecodingError
-
 __all__ = ["COPY_LIMIT", "FieldReader", "ServerSentEvent", "new_event"]
 
 # A one-line data block over this many bytes is decoded from a view of the block, not a copy.
 COPY_LIMIT = 1 << 16
 # The largest retry value (ms) taken: browsers read it into a 64-bit unsigned integer and
-# ignore a larger one; so do we (int() of 4,301 digits or more would raise).
+# ignore a larger one; so do we (21 significant digits tell it: int() of 4,301 digits raises).
 MAX_RETRY = 2**64 - 1
 
 
@@ -44,8 +42,6 @@ class ServerSentEvent(NamedTuple):
 # Builds an event from a ready tuple: the NamedTuple's own ``__new__`` is Python code, 4x slower.
 new_event = tuple.__new__
 
-Value = bytes | memoryview
-
 
 class FieldReader:
     """Interprets complete blocks; holds the last event ID and the reconnection time."""
@@ -64,9 +60,8 @@ class FieldReader:
         """The event of the block ``region[start:end]`` (lines from ``text``, past a swallowed
         LF), or None. ``dispatch=False``: the lines of a block cut by EOF; only retry counts."""
         errors = self.errors if dispatch else "replace"
-        strict = errors == "strict"
         event_type = ""
-        data: list[Value] = []
+        data: list[bytes | memoryview] = []
         block_id: str | None = None
         retry: int | None = None
         for name, value in self._fields(region, text, end):
@@ -78,60 +73,33 @@ class FieldReader:
                 ident = str(value, "utf-8", errors)
                 if "\x00" not in ident:
                     block_id = ident
-            elif name == b"retry" and (ms := _retry_ms(bytes(value))) is not None:
-                retry = ms  # (an invalid value leaves an earlier one standing)
-            elif strict:  # a comment (no name), an unknown field or a bad retry: checked
-                str(name, "utf-8")
-                str(value, "utf-8")
-        if data:
-            text_data = str(data[0] if len(data) == 1 else b"\n".join(data), "utf-8", errors)
-        if retry is not None:
-            self.retry = retry
+            elif name == b"retry" and (digits := bytes(value)).isdigit():
+                if (ms := int(digits.lstrip(b"0")[:21] or b"0")) <= MAX_RETRY:
+                    retry = ms  # (a value too large, as an invalid one, leaves an earlier one)
+            elif errors == "strict":  # a comment (no name), an unknown field, a bad retry: checked
+                str(name + b":" + value, "utf-8")
+        text_data = str(data[0] if len(data) == 1 else b"\n".join(data), "utf-8", errors)
+        self.retry = self.retry if retry is None else retry
         if not dispatch:
             return None
-        if block_id is not None:
-            self.last_event_id = block_id
+        self.last_event_id = self.last_event_id if block_id is None else block_id
         if not data:
             return None
         fields = (event_type or "message", text_data, self.last_event_id, block_id, retry)
         return new_event(ServerSentEvent, (*fields, end - start, region[start:end]))
 
-    def _fields(self, region: bytes, text: int, end: int) -> list[tuple[bytes, Value]]:
+    def _fields(self, region: bytes, text: int, end: int) -> list[tuple[bytes, bytes | memoryview]]:
         """(name, value) of each line up to the blank one; a comment's name is empty."""
         if end - text > self.copy_limit and region.startswith(b"data:", text):
-            ends = (region.find(b"\n", text, end), region.find(b"\r", text, end))
-            eol = min(i for i in ends if i >= 0)
-            if end - eol <= 4 and not region[eol:end].strip(b"\r\n"):  # only line ends follow
+            eol = end - 4 + len(region[end - 4 : end].rstrip(b"\r\n"))  # the last line's end
+            if region.find(b"\n", text, eol) < 0 and region.find(b"\r", text, eol) < 0:
                 # One huge data line: its value stays in place, a view of the block.
                 at = text + 5 + (region[text + 5 : text + 6] == b" ")
                 return [(b"data", memoryview(region)[at:eol])]
-        fields: list[tuple[bytes, Value]] = []
+        fields: list[tuple[bytes, bytes | memoryview]] = []
         for line in region[text:end].splitlines():  # one copy, then short lines
             if not line:
                 break  # the blank line that ends the block
             name, _, value = line.partition(b":")
             fields.append((name, value[1:] if value[:1] == b" " else value))
         return fields
-
-
-def _retry_ms(value: bytes) -> int | None:
-    """A retry field's value if it is all ASCII digits and at most ``MAX_RETRY``, else None."""
-    digits = value.lstrip(b"0") or b"0"
-    if not value.isdigit() or len(digits) > 20 or int(digits) > MAX_RETRY:
-        return None
-    return int(digits)
-
-
-def decoding_error(
-    region: bytes, text: int, end: int, base: int, events: list[ServerSentEvent]
-) -> DecodingError:
-    """The error for the first invalid byte of the block ``region[text:end]`` (``region[0]`` is
-    stream byte ``base``), carrying the ``events`` completed before it."""
-    with memoryview(region) as view:
-        try:
-            str(view[text:end], "utf-8")
-        except UnicodeDecodeError as exc:
-            offset = base + text + exc.start
-            detail = f"invalid UTF-8 at stream byte offset {offset}: {exc.reason}"
-            return DecodingError(detail, offset=offset, events=events)
-    raise AssertionError("the block decodes")  # pragma: no cover
