@@ -282,15 +282,17 @@ def test_an_upstream_cut_ends_boto3s_stream_with_the_proxys_exception(mock_serve
             client.close()
     assert caught.value.response["Error"]["Code"] == "internalServerException"
     assert len(seen) == 6
-    # botocore keeps an exception's "message" only, not the proxy's mark beside it: boto3's
-    # stream fails with the service's retryable error (as Converse's does)
+    # botocore keeps an exception's "message" only, not the proxy's mark beside it: the mark
+    # also ends the message, so from_bedrock reads the proxy's journaled status from it
+    said = caught.value.response["Error"]["Message"]
+    assert said.startswith("unbroken proxy: the upstream stream broke before it finished")
+    assert said.endswith(" [unbroken: code=upstream_interrupted, status=interrupted, "
+                         "resumable=false]")
     message = tracked.message
-    assert (message.status, message.finish_reason) == (Status.FAILED, FinishReason.ERROR)
-    assert isinstance(message.error, ProviderError)
-    assert (message.error.event.type, message.error.retryable) == (
-        "internalServerException", True)
-    assert message.error.event.message.startswith(
-        "unbroken proxy: the upstream stream broke before it finished")
+    assert (message.status, message.finish_reason) == (Status.INTERRUPTED, None)
+    assert isinstance(message.error, ProxyInterrupted)
+    assert (message.error.code, message.error.status) == ("upstream_interrupted", "interrupted")
+    assert message.error.__cause__ is caught.value
     assert message.text == "".join(reply_deltas(SEED, TOKENS)[:4])  # frames 3-6
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from unbroken import parse
+from unbroken.dialects import get_dialect
 from unbroken.errors import ProviderError, ProxyInterrupted
 from unbroken.finish import Status
 from unbroken.framing import EVENT_STREAM, EventStreamDecoder, encode_message
@@ -48,8 +51,11 @@ def test_the_proxys_exception_message_ends_the_message_as_the_proxy_journaled() 
     assert decoded.headers == {":exception-type": "internalServerException",
                                ":content-type": "application/json",
                                ":message-type": "exception"}
+    # botocore keeps only "message": the mark ends it too, and a reader strips it again
     assert json.loads(decoded.payload) == {
-        "message": "unbroken proxy: the upstream broke", "reason": "upstream_interrupted",
+        "message": "unbroken proxy: the upstream broke [unbroken: code=upstream_interrupted, "
+                   "status=interrupted, resumable=false]",
+        "reason": "upstream_interrupted",
         "unbroken": {"code": "upstream_interrupted", "status": "interrupted",
                      "resumable": "false"}}
     assert proxy_error_message("bedrock-converse", frame) == "unbroken proxy: the upstream broke"
@@ -97,3 +103,20 @@ def test_invokes_cut_response_ends_with_the_same_exception_message() -> None:
     message = parse([frame.data], dialect="bedrock-invoke")
     assert message.status is Status.INTERRUPTED
     assert isinstance(message.error, ProxyInterrupted)
+
+
+@pytest.mark.parametrize("name", ["bedrock-converse", "bedrock-invoke"])
+def test_the_mark_is_read_from_the_message_alone(name: str) -> None:
+    """What boto3's ``EventStreamError`` keeps of the proxy's exception, its message: the mark
+    at its end is read back (``from_bedrock`` ends the message as the proxy journaled), and the
+    message comes back without it. A provider's own message, or another domain's, has none."""
+    dialect = get_dialect(name)
+    said = ("unbroken proxy: cut [x] [unbroken: code=proxy_shutdown, status=interrupted, "
+            "resumable=true]")
+    assert dialect.proxy_mark_fields({"message": said}, "unbroken") == {
+        "code": "proxy_shutdown", "status": "interrupted", "resumable": "true",
+        "message": "unbroken proxy: cut [x]"}
+    for other in ("Too many requests [unbroken]", said.replace("[unbroken:", "[other:"),
+                  said + " ", said.replace("resumable=true", "resumable=maybe")):
+        assert dialect.proxy_mark_fields({"message": other}, "unbroken") is None
+    assert dialect.proxy_mark_fields({"message": 7}, "unbroken") is None

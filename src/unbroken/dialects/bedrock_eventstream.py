@@ -50,6 +50,11 @@ _MODEL_PATH: Final = re.compile(r"/model/(?P<model>[^/]+)/(?P<method>[a-z-]+)")
 _MESSAGE_TYPE: Final = ":message-type"
 
 # How the service ends a stream it cannot finish; boto3 raises it as EventStreamError.
+# The mark as the end of the proxy's exception message: " [unbroken: code=..., status=...,
+# resumable=true]" (``proxy_error``).
+_MARK_IN_MESSAGE: Final = ("code", "status", "resumable")
+_MARK_AT_END: Final = re.compile(r" \[(?P<domain>\w+): code=(?P<code>\w+), status=(?P<status>\w+), "
+                                 r"resumable=(?P<resumable>true|false)\]\Z")
 _PROXY_EXCEPTION: Final = {":exception-type": "internalServerException",
                            ":content-type": "application/json", ":message-type": "exception"}
 
@@ -111,11 +116,25 @@ class BedrockEventStreamDialect(DialectBase):
     def proxy_error(self, domain: str, mark: Mapping[str, str], message: str,
                     provider_seq: int | None) -> tuple[str | None, dict[str, Any]]:
         """The payload of an ``internalServerException`` message (``frame_bytes``): the
-        ``message`` boto3 shows, the mark beside it under ``domain``."""
-        return None, {"message": message, "reason": mark["code"], domain: dict(mark)}
+        ``message`` boto3 shows, the mark beside it under ``domain``. botocore keeps only an
+        exception's message, so the mark is also written at the message's end, where
+        ``proxy_mark_fields`` reads it back from what boto3 raised."""
+        said = ", ".join(f"{name}={mark[name]}" for name in _MARK_IN_MESSAGE)
+        return None, {"message": f"{message} [{domain}: {said}]", "reason": mark["code"],
+                      domain: dict(mark)}
 
     def proxy_mark_fields(self, payload: Any, domain: str) -> dict[str, str] | None:
-        return marked_error(payload, domain)
+        """The mark beside the message, else (boto3's ``EventStreamError`` keeps the message
+        alone) the one at its end; the message without it either way."""
+        marked = marked_error(payload, domain)
+        message = payload.get("message") if isinstance(payload, dict) else None
+        if not isinstance(message, str):
+            return marked
+        found = _MARK_AT_END.search(message)
+        if found is None or found["domain"] != domain:
+            return marked
+        said = {name: str(found[name]) for name in _MARK_IN_MESSAGE}
+        return {**(said if marked is None else marked), "message": message[:found.start()]}
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         # AWS's JSON error body: the message alone (the type travels in a header).

@@ -11,7 +11,8 @@ message it came in; the first event tells which operation it is.
 Errors: an exception message in the stream (``throttlingException``,
 ``modelStreamErrorException`` ...) is raised by botocore as ``EventStreamError`` with the
 exception type as its code: that fails the message with the provider's error, ``retryable`` as
-the dialect's table says. Anything else interrupts it.
+the dialect's table says. The proxy's own exception (its mark at the end of the message, the
+only field botocore keeps) ends it as the proxy journaled it. Anything else interrupts it.
 """
 
 from __future__ import annotations
