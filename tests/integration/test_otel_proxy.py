@@ -234,7 +234,7 @@ def test_the_otel_option_turns_telemetry_on_for_the_proxy() -> None:
     from unbroken.proxy.__main__ import build_parser, config_from_args
 
     config = config_from_args(build_parser().parse_args(["--otel", "--store", "memory://"]))
-    assert config.otel
+    assert (config.otel, config.otel_chunk_intervals) == (True, "mean")
     assert not config_from_args(build_parser().parse_args([])).otel
     assert not telemetry.instrumented()
     try:
@@ -242,6 +242,29 @@ def test_the_otel_option_turns_telemetry_on_for_the_proxy() -> None:
         assert telemetry.instrumented()
     finally:
         telemetry.uninstrument()
+
+
+def test_the_otel_chunk_intervals_option_reaches_the_recorder(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--otel-chunk-intervals each`` records one point per output frame; without ``--otel``
+    it is refused with a message."""
+    from unbroken import telemetry
+    from unbroken.proxy import create_app
+    from unbroken.proxy.__main__ import build_parser, config_from_args, main
+
+    config = config_from_args(build_parser().parse_args(
+        ["--otel", "--otel-chunk-intervals", "each", "--store", "memory://"]))
+    assert config.otel_chunk_intervals == "each"
+    try:
+        create_app(config)
+        assert telemetry._recorder is not None and telemetry._recorder.each_chunk
+    finally:
+        telemetry.uninstrument()
+    with pytest.raises(SystemExit) as refused:
+        main(["--otel-chunk-intervals", "each", "--store", "memory://"])
+    assert refused.value.code == 2
+    assert "--otel-chunk-intervals needs --otel" in capsys.readouterr().err
 
 
 def test_the_proxys_span_carries_the_completion_when_content_is_captured(proxy: str) -> None:

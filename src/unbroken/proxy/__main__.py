@@ -111,6 +111,10 @@ def build_parser(prog: str = "unbroken proxy") -> argparse.ArgumentParser:
                         help="record each stream as an OpenTelemetry GenAI span and metrics, "
                              "through the providers the OpenTelemetry SDK sets up (e.g. run "
                              "under opentelemetry-instrument); needs unbroken[otel]")
+    parser.add_argument("--otel-chunk-intervals", choices=("mean", "each"), default=None,
+                        help="with --otel: time per output chunk as one point per stream "
+                             "(mean, the default) or one per output frame (each: as the GenAI "
+                             "conventions define it, more CPU per frame)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"))
     parser.add_argument("--workers", type=_count, default=1, metavar="N",
@@ -148,6 +152,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         cors_origins=tuple(args.cors_origins),
         request_usage=args.request_usage,
         otel=args.otel,
+        otel_chunk_intervals=args.otel_chunk_intervals or "mean",
         **({} if args.max_event_size is None else {"max_event_size": args.max_event_size}),
     )
 
@@ -159,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args)
     except ValueError as error:
         parser.error(str(error))
+    if args.otel_chunk_intervals is not None and not config.otel:
+        parser.error("--otel-chunk-intervals needs --otel")
     if config.otel and find_spec("opentelemetry") is None:
         parser.error("--otel needs opentelemetry-api: pip install 'unbroken[otel]'")
     if args.worker_sockets:  # a worker of ``--workers``: the parent checked the journal

@@ -410,7 +410,7 @@ def create_app(config: ProxyConfig | None = None, *, journal: Journal | None = N
     proxy = ProxyApp(config or ProxyConfig(), journal)
     config = proxy.config
     if config.otel and not telemetry.instrumented():  # the embedding app's own options win
-        telemetry.instrument()
+        telemetry.instrument(chunk_intervals=config.otel_chunk_intervals)
     routes = [
         Route("/healthz", proxy.healthz, methods=["GET"]),
         Route("/metrics", proxy.metrics_text, methods=["GET"]),

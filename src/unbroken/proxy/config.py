@@ -93,7 +93,9 @@ class ProxyConfig:
     that answers is journaled in the stream's state and kept out of the client's body.
 
     ``otel``: record every stream as an OpenTelemetry GenAI span and metrics through the global
-    providers (``unbroken.telemetry``; needs the ``otel`` extra).
+    providers (``unbroken.telemetry``; needs the ``otel`` extra); ``otel_chunk_intervals``:
+    time per output chunk as one point per stream (``mean``) or per output frame (``each``),
+    ``telemetry.instrument``'s ``chunk_intervals``.
     """
 
     origins: Mapping[str, str] = field(default_factory=dict)
@@ -119,6 +121,7 @@ class ProxyConfig:
     lease_renew: float = 5.0
     cors_origins: tuple[str, ...] = ()
     otel: bool = False
+    otel_chunk_intervals: Literal["mean", "each"] = "mean"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.origins) - set(PROVIDERS))
