@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from unbroken.dialects import DIALECTS, dialect_class
-from unbroken.telemetry.observation import operation_name, request_model, server_of
+from unbroken.telemetry.observation import json_object, operation_name, request_model, server_of
 
 # The conventions' well-known gen_ai.provider.name values (Ollama is not among them: its own
 # name) and their gen_ai.operation.name per API.
@@ -56,7 +56,7 @@ def test_the_operation_follows_the_path(dialect: str, url: str | None, operation
 def test_the_request_model_comes_from_the_path_or_the_body(
     dialect: str, url: str, body: bytes | None, model: str | None
 ) -> None:
-    assert request_model(dialect_class(dialect), url, body) == model
+    assert request_model(dialect_class(dialect), url, json_object(body)) == model
 
 
 @pytest.mark.parametrize(("url", "server"), [
@@ -160,3 +160,9 @@ def test_each_chunk_buffer_is_bounded_and_written_mid_stream() -> None:
         tuple(sorted({**request, "gen_ai.response.model": "m-1", "error.type": "interrupted"})):
             (2, 0.5),
     }
+
+
+def test_a_request_body_is_read_once_as_a_json_object() -> None:
+    assert json_object(b'{"model": "m", "n": [1]}') == {"model": "m", "n": [1]}
+    for body in (None, b"", b"[]", b"{not json", b'"text"', b"\xff{"):
+        assert json_object(body) is None

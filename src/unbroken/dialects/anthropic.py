@@ -258,6 +258,7 @@ def _genai_part(block: dict[str, Any]) -> dict[str, Any]:
         return genai.tool_call(block.get("id"), block.get("name"), block.get("input"))
     if kind == "tool_result":
         return genai.tool_response(block.get("tool_use_id"), block.get("content"))
-    if kind == "thinking" and genai.reasoning(block.get("thinking")):
-        return genai.reasoning(block.get("thinking"))[0]
+    thinking = block.get("thinking")
+    if kind == "thinking" and isinstance(thinking, str) and thinking:
+        return genai.part("reasoning", thinking)
     return genai.text_or_other(block, ("text",))

@@ -169,7 +169,7 @@ def _index(payload: Any) -> int:
 def _genai_block(block: dict[str, Any]) -> dict[str, Any]:
     text = block.get("text")
     if isinstance(text, str):
-        return {"type": "text", "content": text}
+        return genai.part("text", text)
     use, result = block.get("toolUse"), block.get("toolResult")
     if isinstance(use, dict):
         return genai.tool_call(use.get("toolUseId"), use.get("name"), use.get("input"))
@@ -177,6 +177,7 @@ def _genai_block(block: dict[str, Any]) -> dict[str, Any]:
         return genai.tool_response(result.get("toolUseId"), result.get("content"))
     reasoning = block.get("reasoningContent")
     said = reasoning.get("reasoningText") if isinstance(reasoning, dict) else None
-    if isinstance(said, dict) and genai.reasoning(said.get("text")):
-        return genai.reasoning(said.get("text"))[0]
+    thought = said.get("text") if isinstance(said, dict) else None
+    if isinstance(thought, str) and thought:
+        return genai.part("reasoning", thought)
     return genai.other(next(iter(block), None))

@@ -373,7 +373,7 @@ _GOOGLE_STATUS: Final = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOUR
 def _genai_part(part: dict[str, Any]) -> dict[str, Any]:
     text = part.get("text")
     if isinstance(text, str):
-        return {"type": "reasoning" if part.get("thought") is True else "text", "content": text}
+        return genai.part("reasoning" if part.get("thought") is True else "text", text)
     call = part.get("functionCall")
     if isinstance(call, dict):
         return genai.tool_call(call.get("id"), call.get("name"), call.get("args"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GenAIInput", "chat_messages", "function_calls", "items", "message", "other",
+__all__ = ["GenAIInput", "chat_messages", "function_calls", "items", "message", "other", "part",
            "reasoning", "text", "text_or_other", "tool_call", "tool_response"]
 
 # (input messages, system instructions)
@@ -23,14 +23,19 @@ GenAIInput = tuple[list[dict[str, Any]], list[dict[str, Any]]]
 Part = dict[str, Any]
 
 
+def part(kind: str, content: str) -> Part:
+    """A part with content: ``text`` or ``reasoning``."""
+    return {"type": kind, "content": content}
+
+
 def text(content: Any) -> list[Part]:
     """A text part, or none when ``content`` is not a non-empty string."""
-    return [{"type": "text", "content": content}] if isinstance(content, str) and content else []
+    return [part("text", content)] if isinstance(content, str) and content else []
 
 
 def reasoning(content: Any) -> list[Part]:
-    return [{"type": "reasoning", "content": content}] \
-        if isinstance(content, str) and content else []
+    """A reasoning part, or none when ``content`` is not a non-empty string."""
+    return [part("reasoning", content)] if isinstance(content, str) and content else []
 
 
 def tool_call(id_: Any, name: Any, arguments: Any) -> Part:
@@ -85,7 +90,7 @@ def text_or_other(block: dict[str, Any], text_types: tuple[str, ...], key: str =
     holds text, else ``other``."""
     content = block.get(key)
     if block.get("type") in text_types and isinstance(content, str):
-        return {"type": "text", "content": content}
+        return part("text", content)
     return other(block.get("type"))
 
 

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from ..dialects.base import DialectBase
     from ..message import Message
 
-__all__ = ["HELD_INTERVALS", "Observation", "StreamRecorder", "operation_name", "request_model",
-           "server_of"]
+__all__ = ["HELD_INTERVALS", "Observation", "StreamRecorder", "json_object", "operation_name",
+           "request_model", "server_of"]
 
 _log = logging.getLogger("unbroken.telemetry")
 
@@ -178,21 +178,26 @@ def operation_name(dialect: type[DialectBase], url: str | None) -> str:
     return dialect.genai_operation
 
 
-def request_model(dialect: type[DialectBase] | None, url: str | None,
-                  body: bytes | None) -> str | None:
-    """``gen_ai.request.model``: in the path where the provider puts it (Gemini, Bedrock), else
-    the JSON body's ``model``; ``None`` when neither says."""
-    if dialect is not None and url is not None:
-        in_path = dialect.route.model_of(urlsplit(url).path)
-        if in_path is not None:
-            return unquote(in_path)
+def json_object(body: bytes | None) -> dict[str, Any] | None:
+    """A request body that is a JSON object, parsed; ``None`` for anything else."""
     if not body or body[:1] != b"{":
         return None
     try:
         value = json.loads(body)
     except ValueError:
         return None
-    model = value.get("model") if isinstance(value, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def request_model(dialect: type[DialectBase] | None, url: str | None,
+                  request: dict[str, Any] | None) -> str | None:
+    """``gen_ai.request.model``: in the path where the provider puts it (Gemini, Bedrock), else
+    the request body's ``model`` (``json_object``); ``None`` when neither says."""
+    if dialect is not None and url is not None:
+        in_path = dialect.route.model_of(urlsplit(url).path)
+        if in_path is not None:
+            return unquote(in_path)
+    model = None if request is None else request.get("model")
     return model if isinstance(model, str) and model else None
 
 

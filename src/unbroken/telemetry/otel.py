@@ -33,7 +33,7 @@ from ..errors import ProviderError
 from ..finish import Status
 from ..message import Message
 from . import DURATION_BUCKETS
-from .observation import Observation, operation_name, request_model, server_of
+from .observation import Observation, json_object, operation_name, request_model, server_of
 
 __all__ = ["OTelRecorder"]
 
@@ -86,7 +86,8 @@ class OTelRecorder:
         return carrier
 
     def record(self, observation: Observation, message: Message) -> None:
-        common = self._request_attributes(observation)
+        request = json_object(observation.body)  # parsed once, for the model and the prompt
+        common = self._request_attributes(observation, request)
         operation = common["gen_ai.operation.name"]
         model = common.get("gen_ai.request.model")
         if message.model:
@@ -113,7 +114,7 @@ class OTelRecorder:
             attributes["gen_ai.response.time_to_first_chunk"] = first_output - observation.started
         attributes.update(self._own(observation, message))
         if self.capture_content:
-            attributes.update(_input_messages(observation))
+            attributes.update(_input_messages(observation, request))
             attributes["gen_ai.output.messages"] = _output_messages(message)
 
         name = f"{operation} {model}" if model else operation
@@ -145,7 +146,8 @@ class OTelRecorder:
     def record_chunks(self, observation: Observation) -> None:
         """A long stream's buffer of intervals is full: they are recorded now, with what is
         known of the request (the response's model and the error, if any, come at the end)."""
-        self._record_intervals(observation, self._request_attributes(observation))
+        self._record_intervals(observation, self._request_attributes(
+            observation, json_object(observation.body)))
 
     def _record_intervals(self, observation: Observation, attributes: dict[str, Any]) -> None:
         intervals = observation.intervals
@@ -159,7 +161,8 @@ class OTelRecorder:
         observation.same_read = 0
 
     @staticmethod
-    def _request_attributes(observation: Observation) -> dict[str, Any]:
+    def _request_attributes(observation: Observation,
+                            request: dict[str, Any] | None) -> dict[str, Any]:
         """The attributes known from the request: operation, provider, model and server."""
         dialect = observation.resolved_dialect()
         url = observation.url
@@ -168,7 +171,7 @@ class OTelRecorder:
             else "chat"}
         if dialect is not None:
             out["gen_ai.provider.name"] = dialect.genai_provider
-        model = request_model(dialect, url, observation.body)
+        model = request_model(dialect, url, request)
         if model is not None:
             out["gen_ai.request.model"] = model
         address, port = server_of(url)
@@ -210,20 +213,13 @@ def _error_type(message: Message) -> str:
     return message.status.value
 
 
-def _input_messages(observation: Observation) -> dict[str, str]:
+def _input_messages(observation: Observation, request: dict[str, Any] | None) -> dict[str, str]:
     """``gen_ai.input.messages`` and ``gen_ai.system_instructions`` from the request body, as
     its dialect reads it (``Dialect.genai_input``); none for a body that is no JSON object."""
     dialect = observation.resolved_dialect()
-    body = observation.body
-    if dialect is None or not body:
+    if dialect is None or request is None:
         return {}
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return {}
-    if not isinstance(value, dict):
-        return {}
-    messages, system = dialect.genai_input(value)
+    messages, system = dialect.genai_input(request)
     out = {}
     if messages:
         out["gen_ai.input.messages"] = json.dumps(messages, ensure_ascii=False)
