@@ -14,7 +14,7 @@ from unbroken.finish import Status
 from unbroken.framing import EVENT_STREAM, EventStreamDecoder, encode_message
 from unbroken.proxy.routing import Endpoint, endpoint_for, wants_stream
 from unbroken.proxy.wire import downstream_for, error_frame, proxy_error_message
-from unbroken.resumption import ProxyMark
+from unbroken.resumption import ProxyMark, proxy_mark
 from unbroken.streams.journal import FrameRecord
 
 STREAM = Endpoint(provider="bedrock", dialect="bedrock-converse")
@@ -109,14 +109,16 @@ def test_invokes_cut_response_ends_with_the_same_exception_message() -> None:
 def test_the_mark_is_read_from_the_message_alone(name: str) -> None:
     """What boto3's ``EventStreamError`` keeps of the proxy's exception, its message: the mark
     at its end is read back (``from_bedrock`` ends the message as the proxy journaled), and the
-    message comes back without it. A provider's own message, or another domain's, has none."""
+    message comes back without it. A provider's own message, another domain's mark, or a mark
+    whose fields ``ProxyMark`` refuses, is none."""
     dialect = get_dialect(name)
     said = ("unbroken proxy: cut [x] [unbroken: code=proxy_shutdown, status=interrupted, "
             "resumable=true]")
-    assert dialect.proxy_mark_fields({"message": said}, "unbroken") == {
-        "code": "proxy_shutdown", "status": "interrupted", "resumable": "true",
-        "message": "unbroken proxy: cut [x]"}
+    assert proxy_mark(dialect, {"message": said}) == ProxyMark(
+        code="proxy_shutdown", status="interrupted", resumable=True,
+        message="unbroken proxy: cut [x]")
     for other in ("Too many requests [unbroken]", said.replace("[unbroken:", "[other:"),
-                  said + " ", said.replace("resumable=true", "resumable=maybe")):
-        assert dialect.proxy_mark_fields({"message": other}, "unbroken") is None
-    assert dialect.proxy_mark_fields({"message": 7}, "unbroken") is None
+                  said + " ", said.replace("resumable=true", "resumable=maybe"),
+                  said.replace("code=proxy_shutdown, ", "")):
+        assert proxy_mark(dialect, {"message": other}) is None, other
+    assert proxy_mark(dialect, {"message": 7}) is None

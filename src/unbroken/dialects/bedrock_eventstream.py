@@ -49,12 +49,10 @@ EXCEPTIONS: Final[Mapping[str, bool]] = {
 _MODEL_PATH: Final = re.compile(r"/model/(?P<model>[^/]+)/(?P<method>[a-z-]+)")
 _MESSAGE_TYPE: Final = ":message-type"
 
+# The proxy's mark at the end of its exception message, " [<domain>: name=value, ...]" with the
+# mark's own fields (``proxy_error``); which fields a mark has is ``resumption.ProxyMark``'s.
+_MARK_AT_END: Final = re.compile(r" \[(?P<domain>\w+): (?P<fields>\w+=\w+(?:, \w+=\w+)*)\]\Z")
 # How the service ends a stream it cannot finish; boto3 raises it as EventStreamError.
-# The mark as the end of the proxy's exception message: " [unbroken: code=..., status=...,
-# resumable=true]" (``proxy_error``).
-_MARK_IN_MESSAGE: Final = ("code", "status", "resumable")
-_MARK_AT_END: Final = re.compile(r" \[(?P<domain>\w+): code=(?P<code>\w+), status=(?P<status>\w+), "
-                                 r"resumable=(?P<resumable>true|false)\]\Z")
 _PROXY_EXCEPTION: Final = {":exception-type": "internalServerException",
                            ":content-type": "application/json", ":message-type": "exception"}
 
@@ -119,7 +117,7 @@ class BedrockEventStreamDialect(DialectBase):
         ``message`` boto3 shows, the mark beside it under ``domain``. botocore keeps only an
         exception's message, so the mark is also written at the message's end, where
         ``proxy_mark_fields`` reads it back from what boto3 raised."""
-        said = ", ".join(f"{name}={mark[name]}" for name in _MARK_IN_MESSAGE)
+        said = ", ".join(f"{name}={value}" for name, value in mark.items())
         return None, {"message": f"{message} [{domain}: {said}]", "reason": mark["code"],
                       domain: dict(mark)}
 
@@ -133,7 +131,7 @@ class BedrockEventStreamDialect(DialectBase):
         found = _MARK_AT_END.search(message)
         if found is None or found["domain"] != domain:
             return marked
-        said = {name: str(found[name]) for name in _MARK_IN_MESSAGE}
+        said = dict(field.split("=") for field in found["fields"].split(", "))
         return {**(said if marked is None else marked), "message": message[:found.start()]}
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
