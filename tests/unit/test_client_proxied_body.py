@@ -326,6 +326,9 @@ NUMBERED = NumberedBlocks(SID)
     (sse(5, "a") + NOTICE + sse(6, "b"), 4, 6),  # an unnumbered block between: passed on
     (sse(1, "a") + sse(2, "b") + sse(3, "c"), 0, 3),
     (b"\n" + sse(1, "a"), 0, 1),  # a blank line first
+    # A CR in a block before the last splits it at most into one without an id: handed on.
+    (sse(1, "a").replace(b"\n\n", b"\r\n\r\n") + sse(2, "b"), 0, 2),
+    (sse(1, "a") + b"data: x\r\r\n" + sse(2, "b"), 0, 2),
 ])
 def test_last_seq_of_a_run_in_the_proxys_form(run: bytes, after: int, seq: int) -> None:
     assert NUMBERED.last_seq(run, after) == seq
@@ -342,6 +345,10 @@ def test_last_seq_of_a_run_in_the_proxys_form(run: bytes, after: int, seq: int) 
     (sse(1, "a") + b"\n", 0),  # a blank line last: the decoder's to read
     (b"data: a\n\n", 0),
     (sse(7, "a").replace(b":7\n", b":007\n"), 6),  # not as the proxy writes a seq
+    (sse(1, "a") + sse(2, "b").replace(b"data", b"data: x\rdata"), 0),  # a CR in the last block
+    (sse(1, "a") + sse(2, "b\r"), 0),
+    (sse(1, "a") + b"data: x\r\r" + sse(2, "b"), 0),  # the last id line follows a CR
+    (b"data: x\r\r" + sse(1, "a"), 0),  # a CR before the first id: it ends a block first
 ])
 def test_last_seq_is_none_for_anything_else(run: bytes, after: int) -> None:
     assert NUMBERED.last_seq(run, after) is None

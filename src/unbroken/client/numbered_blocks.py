@@ -5,12 +5,15 @@ frame into an event for that costs about what a plain client spends per frame in
 numbered form is narrow (``proxy/wire.py``): LF line ends only, each frame one block with one
 ``id: <stream_id>:<seq>`` line (after ``retry:``/``event:``/comment lines, before its ``data:``
 lines), seqs 1, 2, 3 ... without gaps. A run of such blocks is read here with a few searches at
-its two ends, whatever its length, and no object per frame.
+its two ends, whatever its length, and no object per frame: the bytes between are never
+touched (a scan of every byte read costs more than the rest together, the bytes being cold).
 
-What is not that form (a first or last block without the stream's id, a first id that is not
-the next seq; a CR anywhere, which the caller rules out first) gets ``None``: the caller reads
-it with ``SSEDecoder``, the one home of the full CR/LF rule. In LF-only text that rule reduces
-to "an LF LF ends a block", which is all that is used here.
+An LF LF ends a block under the full CR/LF rule too (the second LF is a blank line whatever
+ended the line before it), so a run cut there is whole blocks even if a CR hides in it. A CR
+changes what is read only in the blocks the seq comes from, the first and the last: there it
+gets ``None``, as does anything else not in that form (a first or last block without the
+stream's id, a first id that is not the next seq). The caller then reads the bytes with
+``SSEDecoder``, the one home of the full rule.
 """
 
 from __future__ import annotations
@@ -37,33 +40,45 @@ class NumberedBlocks:
         """The seq of the last frame in ``run``, or ``None`` if ``run`` is not numbered frames
         from ``after + 1`` on in the proxy's form.
 
-        ``run`` is whole blocks (it ends at a block end and starts at a block start, where its
-        first line begins at offset 0) with no CR in it. Checked: the first block has an id of
-        the stream naming ``after + 1``; the last block has one naming a later seq. The ids
-        between are the proxy's to number (1, 2, 3 ... without gaps, its invariant): counting
-        them would cost more than everything else here together, and the seq a resume needs is
-        the last one handed on, read from the last block itself. A block without an id between
-        two numbered ones is handed on as the decoder would hand it on; one at the end (the
-        proxy's own notice, which it never numbers) fails the last check.
+        ``run`` is whole blocks: it ends at an LF LF and starts at a block start, where its
+        first line begins at offset 0. Checked: the first block has an id of the stream naming
+        ``after + 1``; the last block has one naming a later seq, and no CR (a CR in an earlier
+        block can only split it into a block without an id among numbered ones, below). The
+        ids between are the proxy's to number (1, 2, 3 ... without gaps, its invariant):
+        counting them would cost more than everything else here together, and the seq a
+        resume needs is the last one handed on, read from the last block itself. A block without an id between two numbered ones is handed on as the
+        decoder would hand it on; one at the end (the proxy's own notice, which it never
+        numbers) fails the last check.
         """
         line = self._line
-        if run.startswith(self._head):
-            first = len(self._head)  # where the first id's seq begins
+        end = len(run) - len(BLOCK_END)
+        if not run.startswith(self._head + b"%d\n" % (after + 1)) and not self._first(run, after):
+            return None  # (the first test is the proxy's own form, and most runs' answer)
+        at = run.rfind(line, 0, end)
+        if at >= 0:
+            last = at + len(line)
+        elif run.startswith(self._head):
+            last = len(self._head)
         else:
-            at = run.find(line)
-            if at < 0:
-                return None  # no frame of this stream
-            first = at + len(line)
-        if first > run.find(BLOCK_END):
-            return None  # the first block has no id of this stream
-        if run[first : run.find(b"\n", first)] != b"%d" % (after + 1):
             return None
-        at = run.rfind(line)
-        last = at + len(line) if at >= 0 else first
-        if run.find(BLOCK_END, last) != len(run) - len(BLOCK_END):
-            return None  # a block without an id ends the run
+        if run.find(BLOCK_END, last) != end or run.find(b"\r", last) >= 0:
+            return None  # a block without an id ends the run, or the last block has a CR
         digits = run[last : run.find(b"\n", last)].decode("latin-1")
         if not valid_seq(digits):
             return None
         seq = int(digits)
         return seq if seq > after else None
+
+    def _first(self, run: bytes, after: int) -> bool:
+        """Whether the first block of ``run`` is the frame ``after + 1``, its id line after
+        others (``retry:``, ``event:``, a comment) without a CR before it."""
+        first_end = run.find(BLOCK_END)
+        if run.startswith(self._head):
+            first = len(self._head)  # where the first id's seq begins
+        else:
+            at = run.find(self._line, 0, first_end)
+            if at < 0:
+                return False  # the first block has no id of this stream
+            first = at + len(self._line)
+        return (run.find(b"\r", 0, first) < 0
+                and run[first : run.find(b"\n", first)] == b"%d" % (after + 1))

@@ -35,7 +35,6 @@ __all__ = ["ProxiedBody", "ResumeMismatch"]
 # The proxy's mark in a body without ids is read by its dialect (resumption.proxy_mark).
 _GEMINI = GeminiDialect()
 _OLLAMA = OllamaDialect()
-_CR = 0x0D
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -168,8 +167,6 @@ class ProxiedBody:
         (nothing changed) if the read is not in the proxy's form or is near the size limit:
         the decoder reads it."""
         buf = self._buf
-        if _CR in chunk:
-            return None
         at = chunk.rfind(BLOCK_END)
         if at >= 0:
             end = at + len(BLOCK_END)
@@ -182,20 +179,25 @@ class ProxiedBody:
                 return None  # the decoder refuses it
             buf += chunk
             return b""
+        rest = len(chunk) - end
         if buf:
             run = b"".join((buf, memoryview(chunk)[:end]))
         else:
-            run = chunk if end == len(chunk) else chunk[:end]
-        rest = len(chunk) - end
+            run = chunk[:end] if rest else chunk
         if len(run) > DEFAULT_MAX_EVENT_SIZE or rest > DEFAULT_MAX_EVENT_SIZE:
             return None
-        seq = self._blocks.last_seq(run, self.seq)
+        after = self.seq
+        seq = self._blocks.last_seq(run, after)
         if seq is None:
             return None
-        buf[:] = memoryview(chunk)[end:]
-        self._ids = True
-        self._midway = True
-        self._advance(seq)
+        if rest:
+            buf[:] = memoryview(chunk)[end:]
+        elif buf:
+            buf.clear()
+        self._ids = self._midway = True
+        self._frames += seq - after
+        self.seq = seq
+        self._notice = b""
         return run
 
     def _new_decoder(self) -> SSEDecoder:

@@ -42,6 +42,7 @@ __all__ = ["ResumeMismatch", "ResumingTransport", "async_http_client", "http_cli
 # Arguments of httpx2.Client that configure its default transport; they build the inner one.
 _TRANSPORT_ARGS = ("verify", "cert", "trust_env", "http1", "http2", "limits")
 # Request headers a resume does not repeat: it is a GET of the proxy's events, not the POST.
+_STREAM_ID = STREAM_ID_HEADER.lower().encode()
 _NOT_RESENT = frozenset({"content-length", "content-type", "transfer-encoding", "accept",
                          "accept-encoding", "host", IDEMPOTENCY_KEY.lower(),
                          LAST_EVENT_ID.lower()})
@@ -104,13 +105,23 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
 
     def _proxied(self, request: httpx2.Request, response: httpx2.Response) -> ProxiedBody | None:
         """The body's state if this is a proxied stream to carry across cuts, else None."""
-        stream_id = response.headers.get(STREAM_ID_HEADER)
-        if request.method != "POST" or response.status_code != 200 or not stream_id:
+        if request.method != "POST" or response.status_code != 200:
             return None
-        media_type = response.headers.get("content-type", "")
-        if "event-stream" not in media_type and "ndjson" not in media_type:
+        # One pass over the raw head: each Headers lookup decodes and scans all of it.
+        stream_id, media_type, encoding = "", b"", b"identity"
+        for name, value in response.headers.raw:
+            name = name.lower()
+            if name == _STREAM_ID:
+                stream_id = value.decode("latin-1")
+            elif name == b"content-type":
+                media_type = value
+            elif name == b"content-encoding":
+                encoding = value.lower()
+        if not stream_id:
             return None
-        if response.headers.get("content-encoding", "identity").lower() != "identity":
+        if b"event-stream" not in media_type and b"ndjson" not in media_type:
+            return None
+        if encoding != b"identity":
             return None  # frames are cut in the bytes as sent; the proxy never compresses
         idle = self.deadlines.idle
         timeout = request.extensions.get("timeout")
@@ -120,7 +131,7 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             read = timeout.get("read")
             request.extensions["timeout"] = {**timeout,
                                              "read": idle if read is None else min(read, idle)}
-        return ProxiedBody(stream_id, ndjson="ndjson" in media_type,
+        return ProxiedBody(stream_id, ndjson=b"ndjson" in media_type,
                            after=_continues_after(request, stream_id))
 
     def resume_request(self, request: httpx2.Request, response: httpx2.Response,
