@@ -46,9 +46,9 @@ class NumberedBlocks:
         block can only split it into a block without an id among numbered ones, below). The
         ids between are the proxy's to number (1, 2, 3 ... without gaps, its invariant):
         counting them would cost more than everything else here together, and the seq a
-        resume needs is the last one handed on, read from the last block itself. A block without an id between two numbered ones is handed on as the
-        decoder would hand it on; one at the end (the proxy's own notice, which it never
-        numbers) fails the last check.
+        resume needs is the last one handed on, read from the last block itself. A block
+        without an id between two numbered ones is handed on as the decoder would hand it on;
+        one at the end (the proxy's own notice, which it never numbers) fails the last check.
         """
         line = self._line
         end = len(run) - len(BLOCK_END)
