@@ -1,8 +1,12 @@
 """CPU per frame of a proxied stream read through ``ResumingTransport`` vs a plain httpx2 client.
 
 The mock upstream and the proxy (memory journal) each run in their own subprocess on 127.0.0.1,
-so their work is not in this process's CPU time. Every peer POSTs the same openai-chat stream
-(``tokens=N``: N text deltas + the role, finish and ``[DONE]`` frames) through the proxy:
+so their work is not in this process's CPU time; on a machine with two cores or more they are
+pinned to one core and this process to another, so that their work does not evict this
+process's caches between its reads (each read wakes a cold process otherwise, and the peer with
+more Python per read pays more for it, which is noise, not its cost). Every peer POSTs the same
+openai-chat stream (``tokens=N``: N text deltas + the role, finish and ``[DONE]`` frames) through
+the proxy:
 
 - ``raw``: ``iter_raw`` of the body with a plain ``httpx2.Client`` / with ``http_client()``;
 - ``sdk``: the openai SDK reading the stream over each of those two clients (what an app runs).
@@ -14,11 +18,12 @@ give 1.00, and how far they do not is how far the other ratios can be trusted. A
 over one stream's reads as the plain client got them, without the I/O.
 
 Peers run interleaved, in alternating order, ``--repeat`` rounds, each a fresh stream, after a
-``gc.collect()``; the best (least disturbed) run of each is reported as process CPU µs per
-frame, with the transport's ratio to its peer. No faults: this is the price of being ready to
-resume, paid by every stream.
+``gc.collect()``. Reported as process CPU µs per frame: the median of each peer's runs (the
+figure to read: a single stream's CPU time on a shared machine swings by ±15 %, and the median of
+interleaved runs is what the A/A pair shows steady) and its best run, each with the transport's
+ratio to its peer. No faults: this is the price of being ready to resume, paid by every stream.
 
-    python benchmarks/resuming.py [--frames 1000] [--repeat 15]
+    python benchmarks/resuming.py [--frames 1000] [--repeat 60]
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -56,12 +63,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(args: list[str]) -> Iterator[str]:
-    """``python -m unbroken ARGS --port P`` until the block ends; its base URL."""
+def serving(args: list[str], cpus: set[int] | None = None) -> Iterator[str]:
+    """``python -m unbroken ARGS --port P`` (on ``cpus``, if given) until the block ends; its
+    base URL."""
     port = free_port()
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
     server = subprocess.Popen([sys.executable, "-m", "unbroken", *args, "--host", "127.0.0.1",
                                "--port", str(port)], stderr=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, preexec_fn=pin)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20
@@ -77,6 +86,15 @@ def serving(args: list[str]) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def pinned() -> set[int] | None:
+    """The core the servers get, this process keeping the others; ``None`` on one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    os.sched_setaffinity(0, set(cores[1:]))
+    return {cores[0]}
 
 
 Peer = Callable[[], int]  # -> bytes or frames seen, checked against the expected body
@@ -144,40 +162,46 @@ def cutting(stream_id: str, reads: list[bytes]) -> Peer:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--frames", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--repeat", type=int, default=60)
     options = parser.parse_args()
     tokens = options.frames - EXTRA_FRAMES
-    with serving(["mock"]) as mock, serving(
-        ["proxy", "--upstream", mock, "--store", "memory://", "--log-level", "warning"]
+    servers = pinned()
+    with serving(["mock"], servers) as mock, serving(
+        ["proxy", "--upstream", mock, "--store", "memory://", "--log-level", "warning"], servers
     ) as proxy:
         runs = peers(proxy, tokens)
         seen = {name: run() for name, run in runs.items()}  # warm up, and check alike
         assert seen["raw httpx2"] == seen["raw http_client()"], seen
         reads = recorded(proxy, tokens)
         order = [*runs.items(), ("own", cutting(*reads))]
-        best = {name: float("inf") for name, _ in order}
+        times: dict[str, list[float]] = {name: [] for name, _ in order}
         for _ in range(options.repeat):
             order.reverse()  # neither peer of a pair always runs first
             for name, run in order:
                 gc.collect()  # a collection left over by the peer before is not this one's
                 started = time.process_time()
                 run()
-                best[name] = min(best[name], time.process_time() - started)
-    per_frame = {name: seconds / options.frames * 1e6 for name, seconds in best.items()}
-    print(f"{options.frames} frames per stream, best of {options.repeat}, "
-          f"process CPU µs per frame:")
-    for kind in ("raw", "sdk"):
-        base, through = per_frame[f"{kind} httpx2"], per_frame[f"{kind} http_client()"]
-        print(f"  {kind:<4} httpx2 {base:7.2f}   http_client() {through:7.2f}   "
-              f"ratio {through / base:.3f}   (+{through - base:.2f} µs/frame)")
-    print(f"  own  ProxiedBody alone over one stream's reads as the plain client got them "
-          f"({len(reads[1])}): {per_frame['own']:.3f} µs/frame")
-    keyed = per_frame["raw httpx2 keyed"]
-    print(f"  key  httpx2 {keyed:7.2f} with an Idempotency-Key as http_client() sends: "
-          f"http_client() / it {per_frame['raw http_client()'] / keyed:.3f}")
-    again = per_frame["raw httpx2 A/A"]
-    print(f"  A/A  httpx2 {per_frame['raw httpx2']:7.2f}   httpx2        {again:7.2f}   "
-          f"ratio {again / per_frame['raw httpx2']:.3f}   (noise: the same client twice)")
+                times[name].append(time.process_time() - started)
+    print(f"{options.frames} frames per stream, {options.repeat} interleaved runs"
+          f"{'' if servers is None else ', servers pinned to another core'}; process CPU µs "
+          f"per frame, median (best):")
+    for statistic in (statistics.median, min):
+        per_frame = {name: statistic(seconds) / options.frames * 1e6
+                     for name, seconds in times.items()}
+        label = "median" if statistic is statistics.median else "best"
+        for kind in ("raw", "sdk"):
+            base, through = per_frame[f"{kind} httpx2"], per_frame[f"{kind} http_client()"]
+            print(f"  {label:<6} {kind:<4} httpx2 {base:7.2f}   http_client() {through:7.2f}   "
+                  f"ratio {through / base:.3f}   (+{through - base:.2f} µs/frame)")
+        keyed = per_frame["raw httpx2 keyed"]
+        print(f"  {label:<6} key  httpx2 {keyed:7.2f} with an Idempotency-Key as http_client() "
+              f"sends: http_client() / it {per_frame['raw http_client()'] / keyed:.3f}")
+        again = per_frame["raw httpx2 A/A"]
+        print(f"  {label:<6} A/A  httpx2 {per_frame['raw httpx2']:7.2f}   httpx2        "
+              f"{again:7.2f}   ratio {again / per_frame['raw httpx2']:.3f}   (noise: the same "
+              f"client twice)")
+        print(f"  {label:<6} own  ProxiedBody alone over one stream's reads as the plain client "
+              f"got them ({len(reads[1])}): {per_frame['own']:.3f} µs/frame")
 
 
 if __name__ == "__main__":
