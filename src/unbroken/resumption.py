@@ -47,6 +47,7 @@ __all__ = [
     "proxy_end_error",
     "proxy_error",
     "proxy_mark",
+    "seq_of",
     "valid_seq",
 ]
 
@@ -78,7 +79,17 @@ def event_id_prefix(stream_id: str) -> str:
 def valid_seq(text: str) -> bool:
     """Whether ``text`` is a seq as an unbroken proxy writes it: ASCII digits, at most
     ``MAX_SEQ``."""
-    return text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_SEQ
+    return text.isascii() and seq_of(text.encode("ascii")) is not None
+
+
+def seq_of(digits: bytes) -> int | None:
+    """The seq ``digits`` write if they are one as an unbroken proxy writes it (``valid_seq``),
+    else ``None``."""
+    if digits.isdigit() and len(digits) <= 19:  # (bytes.isdigit: ASCII digits only)
+        seq = int(digits)
+        if seq <= MAX_SEQ:
+            return seq
+    return None
 
 
 def parse_event_id(value: str | None) -> tuple[str, int] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 
 import anyio
@@ -96,3 +97,21 @@ async def test_sibling_tasks_keep_their_own_calls() -> None:
         tasks.start_soon(call, "b")
     assert keys["a"][0] == keys["a"][1] and keys["b"][0] == keys["b"][1]
     assert keys["a"][0] != keys["b"][0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_draws_keys_of_its_own() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next key, to the parent
+        try:
+            os.write(write, (contextvars.Context().run(attempt, 0) or "").encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read().decode()
+    os.waitpid(pid, 0)
+    parent = contextvars.Context().run(attempt, 0)
+    assert parent is not None and len(child) == len(parent) == 35
+    assert child[:19] != parent[:19]  # another random prefix, so never the parent's next keys

@@ -10,7 +10,8 @@ again) or in another task never shares a key. A request without that header is a
 
 from __future__ import annotations
 
-import hashlib
+import itertools
+import os
 import secrets
 from contextvars import ContextVar
 
@@ -25,8 +26,20 @@ _REMEMBERED = 16  # first attempts remembered per context (a retry follows its c
 
 # (fingerprint, key) pairs of this context's latest first attempts, newest last. Immutable:
 # a copy of the context (a new task) must not see keys its siblings add later.
-_keys: ContextVar[tuple[tuple[bytes, str], ...]] = ContextVar("unbroken_idempotency_keys",
-                                                              default=())
+_keys: ContextVar[tuple[tuple[int, str], ...]] = ContextVar("unbroken_idempotency_keys",
+                                                            default=())
+_prefix = secrets.token_hex(8)
+_counter = itertools.count()
+
+
+def _reseed() -> None:
+    global _prefix, _counter
+    _prefix = secrets.token_hex(8)
+    _counter = itertools.count()
+
+
+if hasattr(os, "register_at_fork"):  # a forked worker must not repeat its parent's keys
+    os.register_at_fork(after_in_child=_reseed)
 
 
 def keyed(request: httpx2.Request) -> bool:
@@ -47,17 +60,14 @@ def keyed(request: httpx2.Request) -> bool:
     body = request.content
     if not body.lstrip()[:1] == b"{":
         return False
-    fingerprint = hashlib.blake2b(
-        b"%s %s\n%s" % (request.method.encode(), str(request.url).encode(), body),
-        digest_size=16,
-    ).digest()
+    fingerprint = hash((request.method, str(request.url), body))
     remembered = _keys.get()
     if retry.isdigit() and int(retry) > 0:
         for known, key in reversed(remembered):
             if known == fingerprint:
                 request.headers[IDEMPOTENCY_HEADER] = key
                 return True
-    key = f"ub-{secrets.token_hex(16)}"
+    key = f"ub-{_prefix}{next(_counter):016x}"
     _keys.set((*remembered[-(_REMEMBERED - 1):], (fingerprint, key)))
     request.headers[IDEMPOTENCY_HEADER] = key
     return True

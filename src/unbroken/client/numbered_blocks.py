@@ -18,7 +18,7 @@ stream's id, a first id that is not the next seq). The caller then reads the byt
 
 from __future__ import annotations
 
-from ..resumption import event_id_prefix, valid_seq
+from ..resumption import event_id_prefix, seq_of
 
 __all__ = ["BLOCK_END", "NumberedBlocks"]
 
@@ -63,11 +63,8 @@ class NumberedBlocks:
             return None
         if run.find(BLOCK_END, last) != end or run.find(b"\r", last) >= 0:
             return None  # a block without an id ends the run, or the last block has a CR
-        digits = run[last : run.find(b"\n", last)].decode("latin-1")
-        if not valid_seq(digits):
-            return None
-        seq = int(digits)
-        return seq if seq > after else None
+        seq = seq_of(run[last : run.find(b"\n", last)])
+        return seq if seq is not None and seq > after else None
 
     def _first(self, run: bytes, after: int) -> bool:
         """Whether the first block of ``run`` is the frame ``after + 1``, its id line after

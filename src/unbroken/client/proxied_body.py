@@ -54,7 +54,8 @@ class ProxiedBody:
     """State of one proxied body across its connections."""
 
     __slots__ = ("_blocks", "_buf", "_decoder", "_frames", "_held", "_ids", "_midway",
-                 "_ndjson", "_notice", "_opaque", "_prefix", "_resumed", "seq", "stream_id")
+                 "_ndjson", "_notice", "_opaque", "_prefix", "_resumed", "_searching", "seq",
+                 "stream_id")
 
     def __init__(self, stream_id: str, *, ndjson: bool, after: int = 0) -> None:
         self.stream_id = stream_id
@@ -74,6 +75,9 @@ class ProxiedBody:
         # None: the connection's reads are cut by byte searches (self._buf is the frame in
         # progress); else the decoder that has read self._buf, until the connection ends.
         self._decoder: SSEDecoder | NDJSONDecoder | None = NDJSONDecoder() if ndjson else None
+        # Whether the connection's reads are cut by byte searches: numbered SSE frames (or a
+        # POST's first, which may be), no decoder yet, nothing held (only a decoder holds).
+        self._searching = not ndjson
         self._midway = False  # the byte searches have handed on bytes of this connection
 
     @property
@@ -93,6 +97,7 @@ class ProxiedBody:
             # Never handed on now: a journaled frame comes again, numbered, from the resume.
             self._notice, self._held = self._held, b""
         self._decoder = None
+        self._searching = self._ids  # else the decoder rewrites its frames to the POST's form
         self._midway = False
         self._buf.clear()
         self._frames = 0
@@ -100,19 +105,21 @@ class ProxiedBody:
 
     def receive(self, chunk: bytes) -> bytes:
         """The whole frames that ``chunk`` completes, in the POST's form (maybe ``b""``)."""
-        if self._opaque:
-            return chunk
-        decoder = self._decoder
-        if decoder is None:
-            # Numbered frames (or a POST's first, which may be), nothing held: byte searches.
-            numbered = self._ids or (self._ids is None and not self._resumed)
-            if numbered and not self._held and (out := self._cut(chunk)) is not None:
+        if self._searching:
+            out = self._cut(chunk)
+            if out is not None:
                 return out
             # The decoder takes the connection from here, at the start of the frame in progress.
-            decoder = self._decoder = self._new_decoder()
+            self._searching = False
+            self._decoder = self._new_decoder()
             if self._buf:
                 chunk = bytes(self._buf) + chunk
                 self._buf.clear()
+        elif self._opaque:
+            return chunk
+        decoder = self._decoder
+        if decoder is None:  # a resume of a POST without ids: rewritten to the POST's form
+            decoder = self._decoder = self._new_decoder()
         return self._decoded(decoder, chunk)
 
     def _decoded(self, decoder: SSEDecoder | NDJSONDecoder, chunk: bytes) -> bytes:

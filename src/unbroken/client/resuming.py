@@ -43,6 +43,7 @@ __all__ = ["ResumeMismatch", "ResumingTransport", "async_http_client", "http_cli
 _TRANSPORT_ARGS = ("verify", "cert", "trust_env", "http1", "http2", "limits")
 # Request headers a resume does not repeat: it is a GET of the proxy's events, not the POST.
 _STREAM_ID = STREAM_ID_HEADER.lower().encode()
+_LAST_EVENT_ID = LAST_EVENT_ID.lower().encode()
 _NOT_RESENT = frozenset({"content-length", "content-type", "transfer-encoding", "accept",
                          "accept-encoding", "host", IDEMPOTENCY_KEY.lower(),
                          LAST_EVENT_ID.lower()})
@@ -168,8 +169,11 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
 
 def _continues_after(request: httpx2.Request, stream_id: str) -> int:
     """The seq a POST with ``Last-Event-ID`` of this stream continues after (else 0)."""
-    named = parse_event_id(request.headers.get(LAST_EVENT_ID))
-    return named[1] if named is not None and named[0] == stream_id else 0
+    for name, value in request.headers.raw:  # (a Headers lookup builds a list per call)
+        if name.lower() == _LAST_EVENT_ID:
+            named = parse_event_id(value.decode("latin-1"))
+            return named[1] if named is not None and named[0] == stream_id else 0
+    return 0
 
 
 def _check(request: object) -> None:
