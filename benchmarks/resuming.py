@@ -23,7 +23,7 @@ figure to read: a single stream's CPU time on a shared machine swings by ±15 %,
 interleaved runs is what the A/A pair shows steady) and its best run, each with the transport's
 ratio to its peer. No faults: this is the price of being ready to resume, paid by every stream.
 
-    python benchmarks/resuming.py [--frames 1000] [--repeat 60]
+    python benchmarks/resuming.py [--frames 1000] [--repeat 60] [--delay-ms 0]
 """
 
 from __future__ import annotations
@@ -100,9 +100,16 @@ def pinned() -> set[int] | None:
 Peer = Callable[[], int]  # -> bytes or frames seen, checked against the expected body
 
 
-def peers(base: str, tokens: int) -> dict[str, Peer]:
+def scenario(tokens: int, delay_ms: int) -> str:
+    """The mock's scenario header: ``tokens`` deltas, ``delay_ms`` before every frame but the
+    first (0: one burst, many frames per read; 1+: about one frame per read, as a model sends)."""
+    return f"tokens={tokens}; delay_ms={delay_ms}" if delay_ms else f"tokens={tokens}"
+
+
+def peers(base: str, tokens: int, delay_ms: int = 0) -> dict[str, Peer]:
     url = base + PATH
-    headers = {"Unbroken-Mock": f"tokens={tokens}", "authorization": f"Bearer {KEY}"}
+    mock = scenario(tokens, delay_ms)
+    headers = {"Unbroken-Mock": mock, "authorization": f"Bearer {KEY}"}
     content = json.dumps(BODY).encode()
     plain, resuming = httpx2.Client(timeout=60), http_client(timeout=60)
 
@@ -123,7 +130,7 @@ def peers(base: str, tokens: int) -> dict[str, Peer]:
             parts: list[str] = []
             for chunk in openai_client.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
-                extra_headers={"Unbroken-Mock": f"tokens={tokens}"},
+                extra_headers={"Unbroken-Mock": mock},
             ):
                 if chunk.choices and chunk.choices[0].delta.content:
                     parts.append(chunk.choices[0].delta.content)
@@ -137,9 +144,9 @@ def peers(base: str, tokens: int) -> dict[str, Peer]:
             "sdk httpx2": sdk(plain), "sdk http_client()": sdk(resuming)}
 
 
-def recorded(base: str, tokens: int) -> tuple[str, list[bytes]]:
+def recorded(base: str, tokens: int, delay_ms: int = 0) -> tuple[str, list[bytes]]:
     """One stream's stream id and its body's reads, as a plain client got them."""
-    headers = {"Unbroken-Mock": f"tokens={tokens}", "authorization": f"Bearer {KEY}"}
+    headers = {"Unbroken-Mock": scenario(tokens, delay_ms), "authorization": f"Bearer {KEY}"}
     with httpx2.Client(timeout=60) as client, client.stream(
         "POST", base + PATH, content=json.dumps(BODY).encode(), headers=headers
     ) as response:
@@ -163,16 +170,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--frames", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=60)
+    parser.add_argument("--delay-ms", type=int, default=0,
+                        help="the mock pauses this long before each frame: about one frame "
+                             "per read (0: the whole stream in one burst)")
     options = parser.parse_args()
     tokens = options.frames - EXTRA_FRAMES
     servers = pinned()
     with serving(["mock"], servers) as mock, serving(
         ["proxy", "--upstream", mock, "--store", "memory://", "--log-level", "warning"], servers
     ) as proxy:
-        runs = peers(proxy, tokens)
+        runs = peers(proxy, tokens, options.delay_ms)
         seen = {name: run() for name, run in runs.items()}  # warm up, and check alike
         assert seen["raw httpx2"] == seen["raw http_client()"], seen
-        reads = recorded(proxy, tokens)
+        reads = recorded(proxy, tokens, options.delay_ms)
         order = [*runs.items(), ("own", cutting(*reads))]
         times: dict[str, list[float]] = {name: [] for name, _ in order}
         for _ in range(options.repeat):
@@ -182,7 +192,8 @@ def main() -> None:
                 started = time.process_time()
                 run()
                 times[name].append(time.process_time() - started)
-    print(f"{options.frames} frames per stream, {options.repeat} interleaved runs"
+    pace = f", {options.delay_ms} ms before each frame" if options.delay_ms else ", one burst"
+    print(f"{options.frames} frames per stream{pace}, {options.repeat} interleaved runs"
           f"{'' if servers is None else ', servers pinned to another core'}; process CPU µs "
           f"per frame, median (best):")
     for statistic in (statistics.median, min):

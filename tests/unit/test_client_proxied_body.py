@@ -326,6 +326,9 @@ NUMBERED = NumberedBlocks(SID)
     (sse(5, "a") + NOTICE + sse(6, "b"), 4, 6),  # an unnumbered block between: passed on
     (sse(1, "a") + sse(2, "b") + sse(3, "c"), 0, 3),
     (b"\n" + sse(1, "a"), 0, 1),  # a blank line first
+    (sse(8, '{"t":"x"}'), 7, 8),  # one frame
+    # Two id lines in one block: the last names it, as SSE reads it (the proxy writes one).
+    (sse(1, "a").replace(b"data", b"id: " + SID.encode() + b":2\ndata"), 0, 2),
     # A CR in a block before the last splits it at most into one without an id: handed on.
     (sse(1, "a").replace(b"\n\n", b"\r\n\r\n") + sse(2, "b"), 0, 2),
     (sse(1, "a") + b"data: x\r\r\n" + sse(2, "b"), 0, 2),
@@ -349,6 +352,7 @@ def test_last_seq_of_a_run_in_the_proxys_form(run: bytes, after: int, seq: int) 
     (sse(1, "a") + sse(2, "b\r"), 0),
     (sse(1, "a") + b"data: x\r\r" + sse(2, "b"), 0),  # the last id line follows a CR
     (b"data: x\r\r" + sse(1, "a"), 0),  # a CR before the first id: it ends a block first
+    (sse(1, "a\r"), 0),  # one frame, with a CR
 ])
 def test_last_seq_is_none_for_anything_else(run: bytes, after: int) -> None:
     assert NUMBERED.last_seq(run, after) is None
