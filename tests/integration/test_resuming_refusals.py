@@ -49,7 +49,8 @@ class FakeProxy:
         self.answer: tuple[int, bytes] = (200, REST)
         self.resumes: list[dict[str, str]] = []
         self.ids = True  # whether the POST answers with the stream id and token
-        self.encoding: bytes | None = None  # the POST's content-encoding, if any
+        # the POST's content-encoding header(s), if any
+        self.encoding: bytes | list[bytes] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -65,8 +66,8 @@ class FakeProxy:
             if self.ids:
                 out += [(b"unbroken-stream-id", SID.encode()),
                         (b"unbroken-stream-token", TOKEN.encode())]
-            if self.encoding is not None:
-                out.append((b"content-encoding", self.encoding))
+            encodings = [self.encoding] if isinstance(self.encoding, bytes) else self.encoding
+            out += [(b"content-encoding", value) for value in encodings or ()]
             await send({"type": "http.response.start", "status": 200, "headers": out})
             await send({"type": "http.response.body", "body": FIRST, "more_body": True})
             await send({"type": "http.response.body", "body": NOTICE})
@@ -206,6 +207,25 @@ def test_a_response_that_is_not_a_plain_proxied_stream_passes_through(
         response.close()
         transport.close()
     assert proxy.resumes == []
+
+
+@pytest.mark.parametrize(("encodings", "carried"), [
+    ([b"identity"], True), ([b"Identity "], True), ([b"identity", b"br"], False),
+    ([b"br", b"identity"], False),
+])
+def test_only_an_identity_body_is_carried(
+    fake: tuple[str, FakeProxy], encodings: list[bytes], carried: bool
+) -> None:
+    base, proxy = fake
+    proxy.encoding = encodings
+    transport = ResumingTransport(httpx2.HTTPTransport())
+    request = httpx2.Request("POST", base + "/v1/chat/completions", json={"stream": True})
+    response = transport.handle_request(request)
+    try:
+        assert type(response.stream).__module__.startswith("unbroken") is carried
+    finally:
+        response.close()
+        transport.close()
 
 
 def test_a_get_passes_through_untouched(fake: tuple[str, FakeProxy]) -> None:

@@ -109,7 +109,7 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         if request.method != "POST" or response.status_code != 200:
             return None
         # One pass over the raw head: each Headers lookup decodes and scans all of it.
-        stream_id, media_type, encoding = "", b"", b"identity"
+        stream_id, media_type, encoded = "", b"", False
         for name, value in response.headers.raw:
             name = name.lower()
             if name == _STREAM_ID:
@@ -117,12 +117,12 @@ class ResumingTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             elif name == b"content-type":
                 media_type = value
             elif name == b"content-encoding":
-                encoding = value.lower()
+                encoded = encoded or value.strip().lower() != b"identity"
         if not stream_id:
             return None
         if b"event-stream" not in media_type and b"ndjson" not in media_type:
             return None
-        if encoding != b"identity":
+        if encoded:
             return None  # frames are cut in the bytes as sent; the proxy never compresses
         idle = self.deadlines.idle
         timeout = request.extensions.get("timeout")
