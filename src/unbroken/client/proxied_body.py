@@ -72,8 +72,8 @@ class ProxiedBody:
         self._resumed = False
         self._opaque = False  # the decoder refused the bytes: hand them on as they come
         self._buf = bytearray()  # bytes of the current connection not yet handed on
-        # None: the connection's reads are cut by byte searches (self._buf is the frame in
-        # progress); else the decoder that has read self._buf, until the connection ends.
+        # The decoder that has read self._buf, until the connection ends; None while the
+        # reads are cut by byte searches (self._buf is then the frame in progress).
         self._decoder: SSEDecoder | NDJSONDecoder | None = NDJSONDecoder() if ndjson else None
         # Whether the connection's reads are cut by byte searches: numbered SSE frames (or a
         # POST's first, which may be), no decoder yet, nothing held (only a decoder holds).
@@ -193,8 +193,7 @@ class ProxiedBody:
             run = chunk[:end] if rest else chunk
         if len(run) > DEFAULT_MAX_EVENT_SIZE or rest > DEFAULT_MAX_EVENT_SIZE:
             return None
-        after = self.seq
-        seq = self._blocks.last_seq(run, after)
+        seq = self._blocks.last_seq(run, self.seq)
         if seq is None:
             return None
         if rest:
@@ -202,9 +201,7 @@ class ProxiedBody:
         elif buf:
             buf.clear()
         self._ids = self._midway = True
-        self._frames += seq - after
-        self.seq = seq
-        self._notice = b""
+        self._advance(seq)
         return run
 
     def _new_decoder(self) -> SSEDecoder:

@@ -41,9 +41,9 @@ __all__ = ["ResumeMismatch", "ResumingTransport", "async_http_client", "http_cli
 
 # Arguments of httpx2.Client that configure its default transport; they build the inner one.
 _TRANSPORT_ARGS = ("verify", "cert", "trust_env", "http1", "http2", "limits")
-# Request headers a resume does not repeat: it is a GET of the proxy's events, not the POST.
 _STREAM_ID = STREAM_ID_HEADER.lower().encode()
 _LAST_EVENT_ID = LAST_EVENT_ID.lower().encode()
+# Request headers a resume does not repeat: it is a GET of the proxy's events, not the POST.
 _NOT_RESENT = frozenset({"content-length", "content-type", "transfer-encoding", "accept",
                          "accept-encoding", "host", IDEMPOTENCY_KEY.lower(),
                          LAST_EVENT_ID.lower()})
