@@ -258,7 +258,6 @@ def _genai_part(block: dict[str, Any]) -> dict[str, Any]:
         return genai.tool_call(block.get("id"), block.get("name"), block.get("input"))
     if kind == "tool_result":
         return genai.tool_response(block.get("tool_use_id"), block.get("content"))
-    thinking = block.get("thinking")
-    if kind == "thinking" and isinstance(thinking, str) and thinking:
-        return genai.part("reasoning", thinking)
+    if kind == "thinking" and (thought := genai.reasoning(block.get("thinking"))):
+        return thought[0]
     return genai.text_or_other(block, ("text",))

@@ -177,7 +177,6 @@ def _genai_block(block: dict[str, Any]) -> dict[str, Any]:
         return genai.tool_response(result.get("toolUseId"), result.get("content"))
     reasoning = block.get("reasoningContent")
     said = reasoning.get("reasoningText") if isinstance(reasoning, dict) else None
-    thought = said.get("text") if isinstance(said, dict) else None
-    if isinstance(thought, str) and thought:
-        return genai.part("reasoning", thought)
+    if isinstance(said, dict) and (thought := genai.reasoning(said.get("text"))):
+        return thought[0]
     return genai.other(next(iter(block), None))
