@@ -327,7 +327,8 @@ NUMBERED = NumberedBlocks(SID)
     (sse(1, "a") + sse(2, "b") + sse(3, "c"), 0, 3),
     (b"\n" + sse(1, "a"), 0, 1),  # a blank line first
     (sse(8, '{"t":"x"}'), 7, 8),  # one frame
-    # Two id lines in one block: the last names it, as SSE reads it (the proxy writes one).
+    # Two id lines in one block (the proxy writes one): the seq is the last id's, as SSE
+    # reads it; the first line is what the continuity check reads, so it is not caught here.
     (sse(1, "a").replace(b"data", b"id: " + SID.encode() + b":2\ndata"), 0, 2),
     # A CR in a block before the last splits it at most into one without an id: handed on.
     (sse(1, "a").replace(b"\n\n", b"\r\n\r\n") + sse(2, "b"), 0, 2),

@@ -10,10 +10,10 @@ touched (a scan of every byte read costs more than the rest together, the bytes 
 
 An LF LF ends a block under the full CR/LF rule too (the second LF is a blank line whatever
 ended the line before it), so a run cut there is whole blocks even if a CR hides in it. A CR
-changes what is read only in the blocks the seq comes from, the first and the last: there it
-gets ``None``, as does anything else not in that form (a first or last block without the
-stream's id, a first id that is not the next seq). The caller then reads the bytes with
-``SSEDecoder``, the one home of the full rule.
+changes which id is read only before the first id line and in the last block, where the seq
+comes from: there it gets ``None``, as does anything else not in that form (a first or last
+block without the stream's id, a first id that is not the next seq). The caller then reads the
+bytes with ``SSEDecoder``, the one home of the full rule.
 """
 
 from __future__ import annotations
