@@ -33,16 +33,19 @@ import gc
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx2
 import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, from anywhere
+from benchmarks.processes import free_port
 
 from unbroken import http_client
 from unbroken.client.proxied_body import ProxiedBody
@@ -53,13 +56,6 @@ PATH = "/v1/chat/completions"
 BODY = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 KEY = "sk-bench-0001"
 EXTRA_FRAMES = 3  # role, finish, [DONE]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @contextmanager
