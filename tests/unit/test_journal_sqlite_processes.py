@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ import pytest
 from unbroken.finish import Status
 from unbroken.streams.journal import FrameRecord, SQLiteJournal, StreamMeta, StreamState
 from unbroken.streams.journal.holder import local_pid, new_owner
+from unbroken.streams.journal.sqlite_commit import GroupCommit
 from unbroken.streams.journal.sqlite_notices import CommitNotices, NoticeWatch
+from unbroken.streams.journal.sqlite_schema import connect
 
 pytestmark = pytest.mark.anyio
 BOUND_S = 10.0  # every wait here is for something already sent
@@ -130,3 +133,38 @@ async def test_one_idempotency_key_is_claimed_by_one_journal_of_a_file(tmp_path:
     finally:
         await two.close()
         await one.close()
+
+
+async def test_a_group_commit_holds_the_write_lock_before_its_writes_read(
+        tmp_path: Path) -> None:
+    """A claim reads, then writes. Another process's commit between the two used to fail the
+    whole batch at once with "database is locked" (a deferred transaction cannot move its
+    snapshot forward, and the busy timeout does not apply): seen as a 503 from two replicas
+    starting one idempotency key together."""
+    path = str(tmp_path / "j.db")
+    journal = SQLiteJournal(path)
+    await journal.open()
+    await journal.close()
+    conn = connect(path, read_only=False)
+    other = sqlite3.connect(path, isolation_level=None, timeout=0.2)  # another process
+    refused: list[str] = []
+
+    def claim(writer: sqlite3.Connection) -> int:
+        held = writer.execute("SELECT COUNT(*) FROM claims").fetchone()[0]
+        try:
+            other.execute("INSERT INTO claims (key, claimer, expires) VALUES ('k2', 'b', 1)")
+        except sqlite3.OperationalError as exc:
+            refused.append(str(exc))
+        writer.execute("INSERT INTO claims (key, claimer, expires) VALUES ('k1', 'a', 1)")
+        return int(held)
+
+    batch = GroupCommit(asyncio.get_running_loop().create_future())
+    batch.writes.append(claim)
+    try:
+        assert batch.commit(conn) == [0]
+        assert refused == ["database is locked"]  # it waited for the lock, then gave up
+        rows = other.execute("SELECT key, claimer FROM claims").fetchall()
+        assert rows == [("k1", "a")]
+    finally:
+        other.close()
+        conn.close()

@@ -61,7 +61,10 @@ class GroupCommit:
 
     def commit(self, conn: sqlite3.Connection) -> list[Any]:
         """One transaction for the whole batch: all of it lands, or none (it is rolled back)."""
-        conn.execute("BEGIN")
+        # IMMEDIATE: the write lock is taken (waiting out the busy timeout) before a write
+        # reads. A deferred transaction that reads, then writes after another process
+        # committed, fails at once with "database is locked": the busy timeout never applies.
+        conn.execute("BEGIN IMMEDIATE")
         try:
             results = [write(conn) for write in self.writes]
             if self.rows:
