@@ -14,9 +14,7 @@ storage, as a resume does.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import islice
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,18 +33,20 @@ class LiveTail:
     """Recent frames of one live stream and the notification that new ones were committed."""
 
     __slots__ = (
-        "_bytes", "_changed", "_frames", "_max_bytes", "_max_frames", "_pulse", "_pulse_due",
+        "_bytes", "_frames", "_max_bytes", "_max_frames", "_pulse", "_pulse_due", "_waiters",
         "ended", "last_seq", "on_readers", "readers", "stream_id",
     )
 
     def __init__(self, stream_id: str, *, max_frames: int = TAIL_FRAMES,
                  max_bytes: int = TAIL_BYTES) -> None:
         self.stream_id = stream_id
-        self._frames: deque[FrameRecord] = deque()
+        # A list and futures made only while a reader waits, not a deque and an asyncio.Event:
+        # each of those carries a ~620-byte block, for every live stream (issue 17's memory).
+        self._frames: list[FrameRecord] = []
         self._max_frames = max(1, max_frames)
         self._max_bytes = max_bytes
         self._bytes = 0  # of the cached frames' data
-        self._changed = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] | None = None
         self._pulse: asyncio.TimerHandle | None = None
         self._pulse_due = 0.0  # loop time the pulse is armed for (uvloop's handle has no when())
         self.last_seq = 0
@@ -64,15 +64,26 @@ class LiveTail:
                 cached.append(frame)
                 size += len(frame.data)
             # Drop the oldest beyond either bound; the newest frame stays in any case.
-            while len(cached) > 1 and (len(cached) > self._max_frames or size > self._max_bytes):
-                size -= len(cached.popleft().data)
+            kept, drop = len(cached), 0
+            while kept - drop > 1 and (kept - drop > self._max_frames or size > self._max_bytes):
+                size -= len(cached[drop].data)
+                drop += 1
+            if drop:
+                del cached[:drop]
             self._bytes = size
             self.last_seq = frames[-1].seq
         if ended:
             self.ended = True
-        # A pulse: set() resolves every current waiter, clear() re-arms for the next commit.
-        self._changed.set()
-        self._changed.clear()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Resolve every current waiter; the next ``wait`` waits for the next commit."""
+        waiters = self._waiters
+        if waiters is not None:
+            self._waiters = None
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def after(self, seq: int) -> list[FrameRecord] | None:
         """Cached frames with seq > ``seq``; ``None`` if some of them are older than the cache."""
@@ -81,7 +92,7 @@ class LiveTail:
         frames = self._frames
         if not frames or frames[0].seq > seq + 1:
             return None
-        return list(islice(frames, max(0, seq + 1 - frames[0].seq), None))
+        return frames[max(0, seq + 1 - frames[0].seq):]
 
     async def wait(self, pulse: float | None = None) -> None:
         """Wait for the next commit, or at most about ``pulse`` seconds.
@@ -91,8 +102,8 @@ class LiveTail:
         timer per frame; a woken reader decides by its own clock whether it has been quiet
         long enough to send a keep-alive, and asks again for what is left of its silence.
         """
+        loop = asyncio.get_running_loop()
         if pulse is not None:
-            loop = asyncio.get_running_loop()
             due = loop.time() + pulse
             armed = self._pulse
             if armed is None or self._pulse_due > due:
@@ -100,12 +111,21 @@ class LiveTail:
                     armed.cancel()
                 self._pulse = loop.call_at(due, self._on_pulse)
                 self._pulse_due = due
-        await self._changed.wait()
+        waiter = loop.create_future()
+        if self._waiters is None:
+            self._waiters = [waiter]
+        else:
+            self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            waiters = self._waiters
+            if waiter.cancelled() and waiters is not None and waiter in waiters:
+                waiters.remove(waiter)  # a reader that left is not kept until the next wake
 
     def _on_pulse(self) -> None:
         self._pulse = None
-        self._changed.set()
-        self._changed.clear()
+        self._wake()
 
     def close(self) -> None:
         """The stream ended: wake every reader one last time and drop the timer."""

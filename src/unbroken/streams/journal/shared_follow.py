@@ -18,7 +18,6 @@ gets).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from abc import abstractmethod
@@ -63,19 +62,15 @@ class SharedFollow(Journal):
         """Begin watching a stream (before its frames are read, so nothing that lands after
         the read is missed); ``None`` if the stream is unknown."""
 
-    async def follow(
+    def follow(
         self, stream_id: str, after: int, *, keepalive: float | None = None
     ) -> AsyncGenerator[list[FrameRecord], None]:
         """As ``Journal.follow``; a stream produced in another process is followed through
-        the backend's watch."""
-        # aclosing: a reader that leaves early closes the inner generator at once (its
-        # ``finally`` detaches from the live tail), not whenever it is garbage-collected.
-        inner = (super().follow(stream_id, after, keepalive=keepalive)
-                 if self._tails.get(stream_id) is not None
-                 else self._follow_shared(stream_id, after, keepalive))
-        async with contextlib.aclosing(inner):
-            async for batch in inner:
-                yield batch
+        the backend's watch. The generator chosen is returned itself, not wrapped: no second
+        generator per reader and per batch."""
+        if self._tails.get(stream_id) is not None:
+            return super().follow(stream_id, after, keepalive=keepalive)
+        return self._follow_shared(stream_id, after, keepalive)
 
     async def _follow_shared(
         self, stream_id: str, after: int, keepalive: float | None
