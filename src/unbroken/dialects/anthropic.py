@@ -24,7 +24,16 @@ from ..events import (
 )
 from ..finish import FinishReason, Status
 from . import genai_messages as genai
-from .base import DONE, PASS, SSEDialect, count, error_event, finish, marked_error
+from .base import (
+    DONE,
+    PASS,
+    DialectBase,
+    SSEDialect,
+    count,
+    error_event,
+    finish,
+    marked_error,
+)
 from .routes import Provider, Route
 
 __all__ = ["EVENT_TYPES", "RETRYABLE_ERRORS", "STOP_REASONS", "AnthropicDialect"]
@@ -117,7 +126,7 @@ class AnthropicDialect(SSEDialect):
         handler = self._handlers.get(kind)
         if handler is None:
             return [UnknownEvent(seq=seq, type=str(kind), raw=payload)]
-        out = handler(payload, seq)
+        out = handler(self, payload, seq)
         return out if out else [UnknownEvent(seq=seq, type=kind, raw=payload)]
 
     # -- message level -------------------------------------------------------------------------
@@ -158,8 +167,8 @@ class AnthropicDialect(SSEDialect):
 
     def _block_start(self, payload: Any, seq: int) -> list[Event]:
         block: Any = payload.get("content_block") or {}
-        handler = self._blocks.get(block.get("type")) or self._part_pass
-        return handler(payload, block, seq)
+        handler = self._blocks.get(block.get("type")) or DialectBase._part_pass
+        return handler(self, payload, block, seq)
 
     def _block_delta(self, payload: Any, seq: int) -> list[Event]:
         delta: Any = payload.get("delta") or {}
@@ -168,8 +177,8 @@ class AnthropicDialect(SSEDialect):
             text = delta.get("text")
             if text.__class__ is str and text:
                 return [TextDelta(seq=seq, text=text)]
-        handler = self._deltas.get(kind) or self._part_pass
-        return handler(payload, delta, seq)
+        handler = self._deltas.get(kind) or DialectBase._part_pass
+        return handler(self, payload, delta, seq)
 
     def _part_text_block(self, payload: Any, block: Any, seq: int) -> list[Event]:
         text = block.get("text")

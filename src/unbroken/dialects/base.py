@@ -12,7 +12,7 @@ import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 from .._jsonparse import dumps_compact, loads
 from ..errors import PayloadError
@@ -42,9 +42,13 @@ __all__ = [
     "marked_error",
 ]
 
-Handler = Callable[[Any, int], list[Event]]
-PartHandler = Callable[[Any, Any, int], list[Event]]
+Handler = Callable[[Any, Any, int], list[Event]]
+"""A dialect's handler of one kind of payload, as a function of the class: ``(dialect,
+payload, seq)``."""
+PartHandler = Callable[[Any, Any, Any, int], list[Event]]
+"""A handler of one kind of part of a payload: ``(dialect, payload, part, seq)``."""
 FinishTable = Mapping[str, tuple[Status, FinishReason]]
+_T = TypeVar("_T")
 
 PASS: Final = "pass"
 """Table value for an event type that is passed through as ``UnknownEvent``."""
@@ -199,6 +203,7 @@ class DialectBase(ABC):
     genai_path_operations: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     _state: tuple[str, ...] = ("_started",)
+    _tables: ClassVar[dict[str, Any]]  # see _shared
 
     def __init__(self) -> None:
         self._high_seq = -(2**63)
@@ -280,25 +285,44 @@ class DialectBase(ABC):
             )
         ]
 
-    def _bind(self, table: Mapping[str, str]) -> dict[str, Handler]:
-        """Bound handlers for the table's top-level kinds (``PASS`` -> ``_pass``).
+    @classmethod
+    def _shared(cls, name: str, build: Callable[[], _T]) -> _T:
+        """A table of this class's handlers, built once per class, not once per stream: every
+        stream has its own dialect object (its state), and a dict of bound methods per table
+        was ~1.5 KiB of every live stream the proxy holds. Callers pass the dialect itself:
+        ``handler(self, payload, seq)``."""
+        tables: dict[str, Any] | None = cls.__dict__.get("_tables")
+        if tables is None:
+            tables = {}
+            cls._tables = tables  # on this class: a subclass's handlers are its own
+        if name not in tables:
+            tables[name] = build()
+        table: _T = tables[name]
+        return table
+
+    @classmethod
+    def _bind(cls, table: Mapping[str, str]) -> dict[str, Handler]:
+        """Handlers for the table's top-level kinds (``PASS`` -> ``_pass``), per class.
 
         Keys with a ``/`` name sub-kinds (``content_block_delta/text_delta``); a dialect binds
         those itself with ``_bind_parts``.
         """
-        return {key: getattr(self, "_" + value) for key, value in table.items() if "/" not in key}
+        return cls._shared(f"{id(table)}", lambda: {
+            key: getattr(cls, "_" + value) for key, value in table.items() if "/" not in key})
 
-    def _bind_parts(self, top: str, table: Mapping[str, str]) -> dict[str, PartHandler | None]:
-        """Bound handlers for the sub-kinds of ``top`` (``PASS`` -> ``_part_pass``).
+    @classmethod
+    def _bind_parts(cls, top: str,
+                    table: Mapping[str, str]) -> dict[str, PartHandler | None]:
+        """Handlers for the sub-kinds of ``top`` (``PASS`` -> ``_part_pass``), per class.
 
         ``NOTHING`` binds to ``None``: the caller skips the field without a call.
         """
         prefix = top + "/"
-        return {
-            key[len(prefix) :]: None if value == NOTHING else getattr(self, "_part_" + value)
+        return cls._shared(f"{id(table)}:{prefix}", lambda: {
+            key[len(prefix) :]: None if value == NOTHING else getattr(cls, "_part_" + value)
             for key, value in table.items()
             if key.startswith(prefix)
-        }
+        })
 
     def _part_pass(self, payload: Any, part: Any, seq: int) -> list[Event]:
         kind = part.get("type") if isinstance(part, dict) else None

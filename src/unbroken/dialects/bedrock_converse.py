@@ -89,7 +89,7 @@ class BedrockConverseDialect(BedrockEventStreamDialect):
         handler = self._handlers.get(event)
         if handler is None or EVENT_TYPES[event] == PASS:
             return [UnknownEvent(seq=seq, type=str(event or kind), raw=payload)]
-        return handler(payload, seq) or [UnknownEvent(seq=seq, type=event, raw=payload)]
+        return handler(self, payload, seq) or [UnknownEvent(seq=seq, type=event, raw=payload)]
 
     def _message_start(self, payload: Any, seq: int) -> list[Event]:
         # Bedrock names neither the message nor the model in the stream.
@@ -110,7 +110,7 @@ class BedrockConverseDialect(BedrockEventStreamDialect):
             if handler is None or EVENT_TYPES.get(f"{key}/{member}") == PASS:
                 out.append(UnknownEvent(seq=seq, type=f"{key}/{member}", raw=payload))
             else:
-                out += handler(payload, value, seq)
+                out += handler(self, payload, value, seq)
         return out
 
     def _message_stop(self, payload: Any, seq: int) -> list[Event]:

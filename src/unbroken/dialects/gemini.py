@@ -98,7 +98,7 @@ STOP_WITH_FUNCTION_CALL: Final = (Status.COMPLETED, FinishReason.TOOL_CALLS)
 BLOCKED_PROMPT: Final = (Status.FILTERED, FinishReason.CONTENT_FILTER)
 """``promptFeedback.blockReason``, whatever its value: the prompt was refused."""
 
-FieldHandler = Callable[[Any, int, list[Event], list[Event]], None]
+FieldHandler = Callable[[Any, Any, int, list[Event], list[Event]], None]
 
 RETRYABLE_STATUSES: Final = frozenset(
     {"RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"}
@@ -152,14 +152,15 @@ class GeminiDialect(SSEDialect):
         self._streamed: StreamedArguments | None = None
         self._streamed_call: tuple[int, str | None, str | None] = (0, None, None)  # index, id, name
         # Top-level fields are not exclusive: one chunk may hold candidates, usage and feedback.
-        self._fields: dict[str, FieldHandler] = {
-            key: getattr(self, "_" + value) for key, value in EVENT_TYPES.items() if "/" not in key
-        }
-        self._parts = {
+        cls = type(self)
+        self._fields: dict[str, FieldHandler] = self._shared("fields", lambda: {
+            key: getattr(cls, "_" + value) for key, value in EVENT_TYPES.items() if "/" not in key
+        })
+        self._parts = self._shared("parts", lambda: {
             key: handler
             for key, handler in self._bind_parts("part", EVENT_TYPES).items()
             if EVENT_TYPES["part/" + key] != PASS
-        }
+        })
 
     def _not_an_object(self, payload: Any) -> str:
         if isinstance(payload, list):
@@ -185,7 +186,7 @@ class GeminiDialect(SSEDialect):
         end: list[Event] = []
         for key, handler in self._fields.items():
             if key in payload:
-                handler(payload, seq, out, end)
+                handler(self, payload, seq, out, end)
         out += end
         return out if out else [UnknownEvent(seq=seq, type="response", raw=payload)]
 
@@ -202,7 +203,7 @@ class GeminiDialect(SSEDialect):
                 for key in part:
                     handler = self._parts.get(key)
                     if handler is not None:
-                        out += handler(payload, part, seq)
+                        out += handler(self, payload, part, seq)
                         break
                 else:
                     name = next(iter(part), "empty")

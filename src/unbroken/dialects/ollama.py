@@ -95,18 +95,20 @@ class OllamaDialect(DialectBase):
         self._first_call: dict[int, int] = {}  # seq -> index of that frame's first call
         # Line fields are not exclusive ("done" comes with the last text); table order is the
         # order of the events in a frame, so the end comes last.
-        self._fields = {
-            key: getattr(self, "_field_pass" if value == PASS else "_" + value)
+        cls = type(self)
+        self._fields = self._shared("fields", lambda: {
+            key: getattr(cls, "_field_pass" if value == PASS else "_" + value)
             for key, value in EVENT_TYPES.items()
             if "/" not in key and key != "error"
-        }
+        })
         parts = self._bind_parts("message", EVENT_TYPES)
-        self._message_fields = {
+        self._message_fields = self._shared("message_fields", lambda: {
             key: handler
             for key, handler in parts.items()
             if handler is not None and EVENT_TYPES["message/" + key] != PASS
-        }
-        self._quiet = frozenset(key for key, handler in parts.items() if handler is None)
+        })
+        self._quiet = self._shared("quiet", lambda: frozenset(
+            key for key, handler in parts.items() if handler is None))
 
     def load(self, frame: Any) -> Any:
         if frame.__class__ is ServerSentEvent:  # a line served as SSE (the proxy's events route)
@@ -131,7 +133,7 @@ class OllamaDialect(DialectBase):
         for key, handler in self._fields.items():
             value = payload.get(key)
             if value:
-                out += handler(payload, value, seq)
+                out += handler(self, payload, value, seq)
         return out if out else [UnknownEvent(seq=seq, type="line", raw=payload)]
 
     def _error(self, payload: Any, seq: int) -> list[Event]:
@@ -151,7 +153,7 @@ class OllamaDialect(DialectBase):
                 continue
             handler = fields.get(key)
             if handler is not None:
-                out += handler(payload, value, seq)
+                out += handler(self, payload, value, seq)
             elif key not in self._quiet:  # undocumented (or PASS) field
                 out.append(UnknownEvent(seq=seq, type="message/" + key, raw=payload))
         return out

@@ -94,12 +94,13 @@ class OpenAIChatDialect(SSEDialect):
         self._handlers = self._bind(EVENT_TYPES)
         # PASS fields take the same road as undocumented ones: "delta/<field>" pass-through.
         parts = self._bind_parts("delta", EVENT_TYPES)
-        self._deltas = {
+        self._deltas = self._shared("deltas", lambda: {
             key: handler
             for key, handler in parts.items()
             if handler is not None and EVENT_TYPES["delta/" + key] != PASS
-        }
-        self._quiet = frozenset(key for key, handler in parts.items() if handler is None)
+        })
+        self._quiet = self._shared("quiet", lambda: frozenset(
+            key for key, handler in parts.items() if handler is None))
 
     def _events(self, frame: Any, payload: Any, seq: int) -> list[Event]:
         if payload is DONE:
@@ -112,7 +113,7 @@ class OpenAIChatDialect(SSEDialect):
             kind = payload.get("object")
             kind = kind if isinstance(kind, str) and kind else "chunk"
             return [UnknownEvent(seq=seq, type=kind, raw=payload)]
-        out = self._handlers[kind](payload, seq)
+        out = self._handlers[kind](self, payload, seq)
         return out if out else [UnknownEvent(seq=seq, type=kind, raw=payload)]
 
     def _done(self, payload: Any, seq: int) -> list[Event]:
@@ -133,7 +134,7 @@ class OpenAIChatDialect(SSEDialect):
                         continue
                     handler = deltas.get(key)
                     if handler is not None:
-                        out += handler(payload, value, seq)
+                        out += handler(self, payload, value, seq)
                     elif key not in self._quiet:  # undocumented (or PASS) field
                         out.append(UnknownEvent(seq=seq, type="delta/" + key, raw=payload))
             reason = choice.get("finish_reason")

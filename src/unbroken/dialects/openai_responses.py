@@ -183,7 +183,7 @@ class OpenAIResponsesDialect(SSEDialect):
             kind = frame.event
         handler = self._handlers.get(kind)
         if handler is not None:
-            out = handler(payload, seq)
+            out = handler(self, payload, seq)
             if out:
                 return out
         return [UnknownEvent(seq=seq, type=str(kind), raw=payload)]
