@@ -1,6 +1,9 @@
-"""Where a reader starts (``events_cursor``) and what the live tail's cache answers."""
+"""Where a reader starts (``events_cursor``), what the live tail's cache answers and how it
+wakes its readers."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
@@ -82,3 +85,31 @@ def test_live_tail_counts_readers() -> None:
     tail.detach()
     tail.detach()
     assert (seen, tail.readers) == ([1, 2, 1, 0], 0)
+
+
+@pytest.mark.anyio
+async def test_live_tail_wakes_every_waiter_once_per_commit_and_forgets_one_that_left() -> None:
+    tail = LiveTail(SID)
+    first = asyncio.ensure_future(tail.wait())
+    second = asyncio.ensure_future(tail.wait())
+    leaving = asyncio.ensure_future(tail.wait())
+    await asyncio.sleep(0)
+    leaving.cancel()
+    await asyncio.sleep(0)
+    assert len(tail._waiters or ()) == 2  # the reader that left is not kept until a commit
+    tail.publish(frames(1, 1), ended=False)
+    await asyncio.wait_for(asyncio.gather(first, second), timeout=5)
+    assert tail._waiters is None  # nothing is held between commits
+    later = asyncio.ensure_future(tail.wait())
+    await asyncio.sleep(0.01)
+    assert not later.done()  # a wait begun after the commit waits for the next one
+    tail.close()
+    await asyncio.wait_for(later, timeout=5)
+    assert tail.ended
+
+
+@pytest.mark.anyio
+async def test_live_tail_pulse_wakes_a_waiter_without_a_commit() -> None:
+    tail = LiveTail(SID)
+    await asyncio.wait_for(tail.wait(pulse=0.01), timeout=5)
+    assert tail.last_seq == 0
