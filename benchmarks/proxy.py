@@ -39,6 +39,10 @@ at half the SQLite proxy's highest rate (added: minus the upstream read directly
 growth per live stream over ``--live`` (1,000) slow streams on a fresh process. ``--quick``
 keeps it to a few minutes.
 
+``--scenario level`` runs one level of it (``--streams``, default 60) through the pass-through
+and the proxy on a memory journal and on ``--journal``, in turn for ``--rounds`` rounds: the
+median CPU per frame of each beside the pass-through's (where the proxy's extra goes).
+
 ``--otel`` measures only what OpenTelemetry costs the proxy: three proxies in front of one
 mock, ``unbroken.telemetry`` off in two (their spread shows the machine's noise) and on in the
 third (the SDK's tracer with a batch processor and a discarding exporter, its meter with an
@@ -505,9 +509,10 @@ def main() -> None:
     parser.add_argument("--journal", choices=("sqlite", "redis", "both"), default=None,
                         help="the proxies' journal: a SQLite file or a redis-server started on "
                              "127.0.0.1 (default: sqlite; the load scenario: both)")
-    parser.add_argument("--scenario", choices=("fast", "load"), default="fast",
+    parser.add_argument("--scenario", choices=("fast", "load", "level"), default="fast",
                         help="fast: a few fast streams (figures 1-4 of the docstring); "
-                             "load: many slow streams, one frame per chunk (issue 17)")
+                             "load: many slow streams, one frame per chunk (issue 17); "
+                             "level: one level of the load scenario, the peers in turn")
     load = parser.add_argument_group("the load scenario")
     load.add_argument("--rate", type=float, default=50.0, help="frames/s of each stream")
     load.add_argument("--frames", type=int, default=None,
@@ -521,9 +526,18 @@ def main() -> None:
                       help="live slow streams held for the memory figure")
     load.add_argument("--no-pending", dest="pending", action="store_false",
                       help="leave out the proxy without its answered write (write-ahead's cost)")
+    load.add_argument("--streams", type=int, default=60,
+                      help="--scenario level: the streams of the one level")
+    load.add_argument("--rounds", type=int, default=3,
+                      help="--scenario level: rounds, the peers in turn in each")
     parser.add_argument("--otel", action="store_true",
                         help="only the proxy's CPU per frame with OpenTelemetry off and on")
     options = parser.parse_args()
+    if options.scenario == "level":
+        options.journal = options.journal or "sqlite"
+        options.frames = options.frames or 200
+        level_scenario(options)
+        return
     if options.scenario == "load":
         options.journal = options.journal or "both"
         options.frames = options.frames or (150 if options.quick else 200)
@@ -856,6 +870,51 @@ def load_scenario(options: argparse.Namespace) -> None:
                            flags=store(journal, "held " + name)) as server:
                     memory[name] = run_async(live_memory(server, options.live))
         load_report(peers, best, at_half, memory)
+
+
+def level_scenario(options: argparse.Namespace) -> None:
+    """One level of the load scenario (``--streams`` x ``--rate``, ``--frames`` each), the
+    pass-through, the proxy on a memory journal (no storage at all: what the proxy's own
+    machinery costs) and on the journal(s) asked for, in turn in each of ``--rounds`` rounds;
+    the median CPU per frame of each, and its ratio to the pass-through's. Pinned as in the
+    load scenario."""
+    cores = sorted(os.sched_getaffinity(0))
+    proxy_cpus: set[int] | None = {cores[0]} if len(cores) >= 2 else None
+    if proxy_cpus is not None:
+        os.sched_setaffinity(0, {cores[1]})
+    journals = ["sqlite", "redis"] if options.journal == "both" else [options.journal]
+    print(f"level scenario: {options.streams} streams x {options.rate:g} frames/s x "
+          f"{options.frames} frames, {options.rounds} rounds; proxy cores {proxy_cpus}",
+          flush=True)
+    with tempfile.TemporaryDirectory() as tmp, (
+        redis_server(Path(tmp)) if "redis" in journals else nullcontext(None)
+    ) as redis_url, start("paced", options) as paced, ExitStack() as servers:
+        if "redis" in journals and redis_url is None:
+            raise SystemExit("--journal redis needs the redis-server program")
+        stores = {"memory": "memory://", "sqlite": f"sqlite:///{Path(tmp) / 'level'}.db",
+                  "redis": f"{redis_url}?prefix=level:"}
+        peers = {"pass-through": servers.enter_context(
+            start("passthrough", options, cpus=proxy_cpus, upstream=paced.url))}
+        for journal in ["memory", *journals]:
+            peers[f"proxy {journal}"] = servers.enter_context(start(
+                "proxy", options, cpus=proxy_cpus, upstream=paced.url, quiet=True,
+                flags=("--store", stores[journal])))
+        for server in peers.values():  # what a process allocates once
+            load_level(server, server.url, 10, options.rate, 50)
+        cpu: dict[str, list[float]] = {name: [] for name in peers}
+        for round_ in range(1, options.rounds + 1):
+            for name, server in peers.items():
+                level = load_level(server, server.url, options.streams, options.rate,
+                                   options.frames)
+                cpu[name].append(level.cpu_us)
+                print(f"  round {round_}  {name:14} {level.cpu_us:6.1f} µs/frame  p50 "
+                      f"{level.p50:5.2f} p99 {level.p99:6.2f} ms  delivered "
+                      f"{level.delivered:,.0f} of {level.offered:,.0f} frames/s", flush=True)
+    base = percentile(sorted(cpu["pass-through"]), 50)
+    print("\n  median CPU µs per frame (ratio to the pass-through)")
+    for name, values in cpu.items():
+        median = percentile(sorted(values), 50)
+        print(f"  {name:14} {median:6.1f}  {median / base:.2f}x")
 
 
 def redis_process(url: str) -> int:
