@@ -62,6 +62,38 @@ def test_live_tail_cache_is_bounded_and_knows_what_it_lost() -> None:
     assert tail.ended
 
 
+def test_live_tail_keeps_a_whole_commit_beyond_its_frame_count() -> None:
+    tail = LiveTail(SID, max_frames=3)
+    tail.publish(frames(1, 2), ended=False)
+    tail.publish(frames(3, 8), ended=False)  # one commit of six frames
+    assert tail.after(2) == frames(3, 8)  # a reader that kept up finds the whole commit
+    assert tail.after(1) is None
+    tail.publish(frames(9, 9), ended=False)
+    assert tail.after(6) == frames(7, 9)  # then the count bound again: three frames in all
+    assert tail.after(5) is None
+
+
+def test_live_tail_lets_go_of_what_every_reader_has_read() -> None:
+    tail = LiveTail(SID, max_frames=32)
+    tail.publish(frames(1, 4), ended=False)  # nobody reads yet: the bounds alone
+    assert tail.after(0) == frames(1, 4)
+    fast, slow = tail.attach(0), tail.attach(0)
+    LiveTail.advance(fast, 4)
+    LiveTail.advance(slow, 2)
+    tail.publish(frames(5, 5), ended=False)
+    assert tail.after(2) == frames(3, 5)  # the slow reader's frames stay
+    assert tail.after(1) is None  # read by both: gone
+    tail.detach(slow)
+    tail.publish(frames(6, 6), ended=False)
+    assert tail.after(4) == frames(5, 6)  # only the fast reader left: it read up to 4
+    assert tail.after(3) is None
+    LiveTail.advance(fast, 6)
+    tail.publish(frames(7, 8), ended=False)
+    assert tail.after(6) == frames(7, 8)  # a reader that keeps up: the commit unread yet
+    assert tail.after(5) is None
+    assert tail.readers == 1
+
+
 def test_live_tail_cache_is_bounded_by_bytes_but_keeps_the_newest_frame() -> None:
     tail = LiveTail(SID, max_frames=10, max_bytes=5)
     tail.publish([FrameRecord(seq, None, b"ab") for seq in (1, 2, 3)], ended=False)
@@ -80,10 +112,10 @@ def test_live_tail_counts_readers() -> None:
     tail = LiveTail(SID)
     seen: list[int] = []
     tail.on_readers = seen.append
-    tail.attach()
-    tail.attach()
-    tail.detach()
-    tail.detach()
+    first = tail.attach()
+    second = tail.attach()
+    tail.detach(first)
+    tail.detach(second)
     assert (seen, tail.readers) == ([1, 2, 1, 0], 0)
 
 

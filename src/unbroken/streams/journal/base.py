@@ -313,8 +313,7 @@ class Journal(ABC):
         """
         cursor = after
         attached = tail = self._tails.get(stream_id)
-        if attached is not None:
-            attached.attach()
+        token = None if attached is None else attached.attach(after)
         clock = asyncio.get_running_loop().time
         quiet_since = clock()
         try:
@@ -333,6 +332,8 @@ class Journal(ABC):
                 if frames:
                     yield frames
                     cursor = frames[-1].seq
+                    if token is not None:
+                        LiveTail.advance(token, cursor)  # read: the cache may let them go
                     quiet_since = clock()
                     continue
                 if ended or tail is None:
@@ -346,5 +347,5 @@ class Journal(ABC):
                 # frame by ``keepalive`` seconds, not by up to twice that.
                 await tail.wait(None if keepalive is None else keepalive - quiet)
         finally:
-            if attached is not None:
-                attached.detach()
+            if attached is not None and token is not None:
+                attached.detach(token)

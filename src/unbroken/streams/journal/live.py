@@ -4,11 +4,14 @@ It holds the most recent frames (a bounded cache, so a reader that keeps up neve
 storage and a slow one never grows memory: it falls back to the journal), wakes readers when a
 commit lands, and counts attached readers so the proxy can cancel a generation nobody reads.
 
-The cache is small on purpose: a reader that keeps up takes each commit's frames as it lands,
-so a few commits' worth serve it; a live stream holds the cache for as long as it runs, and
-with hundreds of streams open a cache of 256 frames (~90 KiB of records each, once a stream
-ran that long) was most of the proxy's memory per stream. A reader further behind reads the
-storage, as a resume does.
+The cache is small on purpose: a live stream holds it for as long as it runs, and with
+hundreds of streams open a cache of 256 frames (~90 KiB of records each, once a stream ran that
+long) was most of the proxy's memory per stream; 32 frames still ~10 KiB (a stream at 50
+frames/s fills them in 0.6 s). So a frame leaves it once every attached reader has read it
+(each tells its cursor: ``attach``/``advance``): with readers that keep up, the cache holds the
+last commit's frames, unread yet. The bounds (frames, bytes) are for readers that lag and for a
+stream nobody reads yet; a reader further behind than the cache reads the storage, as a resume
+does.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["TAIL_BYTES", "TAIL_FRAMES", "LiveTail"]
 
 TAIL_FRAMES = 32
-"""Frames a live tail keeps by default (at 50 frames/s, the last 0.6 s of a stream)."""
+"""Frames a live tail keeps at most by default, beyond the last commit's (at 50 frames/s, the
+last 0.6 s of a stream), for readers that lag."""
 
 TAIL_BYTES = 16 * 2**10
 """Bytes of frame data a live tail keeps at most (the newest frame is kept whatever its size)."""
@@ -33,8 +37,8 @@ class LiveTail:
     """Recent frames of one live stream and the notification that new ones were committed."""
 
     __slots__ = (
-        "_bytes", "_frames", "_max_bytes", "_max_frames", "_pulse", "_pulse_due", "_waiters",
-        "ended", "last_seq", "on_readers", "readers", "stream_id",
+        "_bytes", "_cursors", "_frames", "_max_bytes", "_max_frames", "_pulse", "_pulse_due",
+        "_waiters", "ended", "last_seq", "on_readers", "readers", "stream_id",
     )
 
     def __init__(self, stream_id: str, *, max_frames: int = TAIL_FRAMES,
@@ -52,6 +56,7 @@ class LiveTail:
         self.last_seq = 0
         self.ended = False
         self.readers = 0
+        self._cursors: list[list[int]] = []  # each attached reader's: the last seq it read
         # Called with the new reader count whenever a reader attaches or detaches.
         self.on_readers: Callable[[int], None] | None = None
 
@@ -63,9 +68,14 @@ class LiveTail:
             for frame in frames:
                 cached.append(frame)
                 size += len(frame.data)
-            # Drop the oldest beyond either bound; the newest frame stays in any case.
-            kept, drop = len(cached), 0
-            while kept - drop > 1 and (kept - drop > self._max_frames or size > self._max_bytes):
+            # Drop the oldest that every attached reader has read, and any beyond either bound:
+            # the count never drops this commit's frames, the bytes keep the newest frame.
+            cursors = self._cursors
+            read = (cursors[0][0] if len(cursors) == 1 else min(c[0] for c in cursors)
+                    ) if cursors else 0
+            kept, drop, most = len(cached), 0, max(self._max_frames, len(frames))
+            while kept - drop > 1 and (kept - drop > most or size > self._max_bytes
+                                       or cached[drop].seq <= read):
                 size -= len(cached[drop].data)
                 drop += 1
             if drop:
@@ -134,12 +144,23 @@ class LiveTail:
             self._pulse = None
         self.publish((), ended=True)
 
-    def attach(self) -> None:
+    def attach(self, after: int = 0) -> list[int]:
+        """A reader begins after seq ``after``; the token it passes to ``advance`` (each time
+        it has read on) and to ``detach``."""
+        token = [after]
+        self._cursors.append(token)
         self.readers += 1
         if self.on_readers is not None:
             self.on_readers(self.readers)
+        return token
 
-    def detach(self) -> None:
+    @staticmethod
+    def advance(token: list[int], seq: int) -> None:
+        """The reader of ``token`` has read up to ``seq``: the cache may let those go."""
+        token[0] = seq
+
+    def detach(self, token: list[int]) -> None:
+        self._cursors = [other for other in self._cursors if other is not token]
         self.readers -= 1
         if self.on_readers is not None:
             self.on_readers(self.readers)
