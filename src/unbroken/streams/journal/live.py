@@ -38,7 +38,7 @@ class LiveTail:
 
     __slots__ = (
         "_bytes", "_cursors", "_frames", "_max_bytes", "_max_frames", "_pulse", "_pulse_due",
-        "_waiters", "ended", "last_seq", "on_readers", "readers", "stream_id",
+        "_waiters", "ended", "last_seq", "on_readers", "stream_id",
     )
 
     def __init__(self, stream_id: str, *, max_frames: int = TAIL_FRAMES,
@@ -55,7 +55,6 @@ class LiveTail:
         self._pulse_due = 0.0  # loop time the pulse is armed for (uvloop's handle has no when())
         self.last_seq = 0
         self.ended = False
-        self.readers = 0
         self._cursors: list[list[int]] = []  # each attached reader's: the last seq it read
         # Called with the new reader count whenever a reader attaches or detaches.
         self.on_readers: Callable[[int], None] | None = None
@@ -144,12 +143,16 @@ class LiveTail:
             self._pulse = None
         self.publish((), ended=True)
 
+    @property
+    def readers(self) -> int:
+        """Readers attached now."""
+        return len(self._cursors)
+
     def attach(self, after: int = 0) -> list[int]:
         """A reader begins after seq ``after``; the token it passes to ``advance`` (each time
         it has read on) and to ``detach``."""
         token = [after]
         self._cursors.append(token)
-        self.readers += 1
         if self.on_readers is not None:
             self.on_readers(self.readers)
         return token
@@ -161,6 +164,5 @@ class LiveTail:
 
     def detach(self, token: list[int]) -> None:
         self._cursors = [other for other in self._cursors if other is not token]
-        self.readers -= 1
         if self.on_readers is not None:
             self.on_readers(self.readers)
